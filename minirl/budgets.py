@@ -1,0 +1,77 @@
+"""Turn budgets: how many turns T each group of episodes may take.
+
+A training step draws a batch of task instances; each instance becomes a group of G episodes, and
+the whole group shares one budget T so its group-normalised advantage compares like with like.
+
+- ``fixed``: every group gets ``T = budget``.
+- ``budgetmix``: each group draws ``T`` from ``[budget_min, budget_max]`` (inclusive) with
+  ``P(T) = w(T) / sum_T' w(T')``, where ``w(T) = 1`` (``uniform``), ``w(T) = T`` (``long``: more
+  long budgets) or ``w(T) = 1 / T`` (``short``: more short budgets).
+
+The samplers take an explicit ``random.Random`` so a run's budgets follow from its seed alone.
+"""
+
+from __future__ import annotations
+
+import random
+
+MODES: tuple[str, ...] = ("fixed", "budgetmix")
+BUDGET_DISTRIBUTIONS: tuple[str, ...] = ("uniform", "long", "short")
+
+
+def _check_range(budget_min: int, budget_max: int) -> None:
+    if budget_min < 1:
+        raise ValueError(f"budget_min must be >= 1 turn, got {budget_min}")
+    if budget_min > budget_max:
+        raise ValueError(
+            f"budget_min must be <= budget_max, got budget_min={budget_min} > "
+            f"budget_max={budget_max}"
+        )
+
+
+def budget_probabilities(
+    budget_min: int, budget_max: int, distribution: str = "uniform"
+) -> dict[int, float]:
+    """Return ``{T: P(T)}`` for every T in ``[budget_min, budget_max]``; the values sum to 1."""
+    if distribution not in BUDGET_DISTRIBUTIONS:
+        raise ValueError(
+            f"unknown budget distribution {distribution!r}; choose one of {BUDGET_DISTRIBUTIONS}"
+        )
+    _check_range(budget_min, budget_max)
+    values = range(budget_min, budget_max + 1)
+    if distribution == "uniform":
+        weights = [1.0 for _ in values]
+    elif distribution == "long":
+        weights = [float(t) for t in values]
+    else:
+        weights = [1.0 / t for t in values]
+    total = sum(weights)
+    return {t: w / total for t, w in zip(values, weights, strict=True)}
+
+
+def sample_budgets(
+    num_groups: int,
+    *,
+    mode: str,
+    budget: int,
+    budget_min: int,
+    budget_max: int,
+    distribution: str = "uniform",
+    rng: random.Random,
+) -> list[int]:
+    """Return one turn budget per group (each group's G episodes all use it).
+
+    Only the arguments the mode uses are validated, so a ``fixed`` run may leave the BudgetMix
+    range at whatever its config defaults are.
+    """
+    if mode not in MODES:
+        raise ValueError(f"unknown budget mode {mode!r}; choose one of {MODES}")
+    if num_groups < 0:
+        raise ValueError(f"num_groups must be >= 0, got {num_groups}")
+    if mode == "fixed":
+        if budget < 1:
+            raise ValueError(f"budget must be >= 1 turn, got {budget}")
+        return [budget] * num_groups
+    probs = budget_probabilities(budget_min, budget_max, distribution)
+    # One rng.choices call per batch keeps the draw sequence a simple function of the seed.
+    return rng.choices(list(probs), weights=list(probs.values()), k=num_groups)

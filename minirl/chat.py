@@ -1,0 +1,121 @@
+"""Chat messages to token ids, built segment by segment so masks are exact.
+
+A multi-turn episode is one growing ChatML conversation:
+
+    [system rules][user obs_1][assistant reply_1][user obs_2][assistant reply_2] ...
+
+Training needs the token ids the policy actually *sampled*, so we never re-tokenize a decoded reply
+(re-tokenization drift is a known silent bug, TRL #5144). Instead the conversation is stored as a
+concatenation of segments:
+
+    prompt_ids(system, obs_1)         template tokens up to and including "<|im_start|>assistant\\n"
+    reply ids (sampled, ending in eos) the only tokens with loss_mask = 1
+    turn_suffix_ids(obs_k)            the template between one reply's eos and the next reply
+
+The segments come from the tokenizer's own chat template (rendered around a placeholder reply), so
+the same code works for the tiny word-level tokenizer and for Qwen/SmolLM-style BPE tokenizers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from transformers import PreTrainedTokenizerBase
+
+_PLACEHOLDER = "minirlplaceholder"
+
+
+def budget_text(observation: str, turns_left: int | None) -> str:
+    """The user message for one turn: the observation, plus the remaining budget when visible."""
+    if turns_left is None:
+        return observation
+    return f"{observation}\nturns left: {turns_left}"
+
+
+def _render(tokenizer: PreTrainedTokenizerBase, messages: list[dict], generation_prompt: bool) -> str:
+    text = tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=generation_prompt
+    )
+    assert isinstance(text, str)
+    return text
+
+
+def _encode(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def eos_id(tokenizer: PreTrainedTokenizerBase) -> int:
+    """The token that ends an assistant reply (ChatML's <|im_end|> for chat tokenizers)."""
+    if tokenizer.eos_token_id is None:
+        raise ValueError("the tokenizer has no eos token; a chat model needs one to end replies")
+    return int(tokenizer.eos_token_id)
+
+
+def prompt_ids(tokenizer: PreTrainedTokenizerBase, system: str, observation: str) -> list[int]:
+    """Token ids of the system message and first observation, ending with the generation prompt."""
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": observation}]
+    return _encode(tokenizer, _render(tokenizer, messages, generation_prompt=True))
+
+
+def turn_suffix_ids(tokenizer: PreTrainedTokenizerBase, observation: str) -> list[int]:
+    """Template tokens that follow a reply's eos: close it, add a user turn, reopen the assistant.
+
+    Rendered as the text after "<placeholder><eos>" in a two-turn conversation, so whatever the
+    template puts between turns (ChatML: "\\n<|im_start|>user\\n...<|im_end|>\\n<|im_start|>
+    assistant\\n") is taken from the template itself rather than hard-coded here.
+    """
+    messages = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "u"},
+        {"role": "assistant", "content": _PLACEHOLDER},
+        {"role": "user", "content": observation},
+    ]
+    text = _render(tokenizer, messages, generation_prompt=True)
+    marker = _PLACEHOLDER + tokenizer.decode([eos_id(tokenizer)])
+    cut = text.find(marker)
+    if cut < 0:
+        raise ValueError(
+            "the chat template does not end assistant messages with the eos token; "
+            "minirl needs a ChatML-style template (e.g. Qwen, SmolLM2, or the tiny model's)"
+        )
+    return _encode(tokenizer, text[cut + len(marker) :])
+
+
+def reply_ids(tokenizer: PreTrainedTokenizerBase, reply: str) -> list[int]:
+    """Ids of a *written* reply (demonstrations only) followed by eos; rollouts use sampled ids."""
+    return _encode(tokenizer, reply) + [eos_id(tokenizer)]
+
+
+@dataclass
+class Encoded:
+    """A tokenized conversation: ids, a 0/1 mask on assistant tokens, and each token's turn."""
+
+    input_ids: list[int]
+    loss_mask: list[int]
+    turn_index: list[int]  # turn number of each assistant token, -1 on template/observation tokens
+
+
+def encode_conversation(
+    tokenizer: PreTrainedTokenizerBase, system: str, observations: list[str], replies: list[str]
+) -> Encoded:
+    """Tokenize a written conversation with the same segments a rollout produces.
+
+    observations[k] precedes replies[k]; a trailing observation after the last reply is dropped
+    (nothing is trained on it). Used for the warm start and to check masks in tests.
+    """
+    if not observations or len(replies) > len(observations):
+        raise ValueError("need one observation before every reply")
+    ids = prompt_ids(tokenizer, system, observations[0])
+    mask = [0] * len(ids)
+    turns = [-1] * len(ids)
+    for k, reply in enumerate(replies):
+        if k > 0:
+            suffix = turn_suffix_ids(tokenizer, observations[k])
+            ids += suffix
+            mask += [0] * len(suffix)
+            turns += [-1] * len(suffix)
+        r = reply_ids(tokenizer, reply)
+        ids += r
+        mask += [1] * len(r)
+        turns += [k] * len(r)
+    return Encoded(ids, mask, turns)

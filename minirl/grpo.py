@@ -1,0 +1,296 @@
+"""GRPO for multi-turn episodes: group advantages and the clipped policy loss, as TRL defines them.
+
+"GRPO" has become a bundle of choices. minirl keeps a small, explicit subset of them:
+
+1. Trajectory-level, group-normalised advantages. The G episodes of one task instance form a group
+   and every assistant token of episode i gets ``A_i = (R_i - mean_group(R)) / (std + eps)``
+   (``scale_rewards``: the group std, the batch std, or none). There is no value network: the group
+   mean is the baseline. Groups whose rewards all tie get A = 0 and teach nothing; we log their
+   fraction. An optional process-reward arm (``turn_advantages``) credits each turn with its
+   reward-to-go instead.
+2. A token-level clipped surrogate against the logprobs stored at sampling time:
+   ``rho_t = exp(logp_t - logp_old_t)`` and per-token objective
+   ``min(rho_t A_t, clip(rho_t, 1 - eps, 1 + eps_high) A_t)``.
+   With ``num_iterations = 1`` rho is 1 up to sampling-vs-training numerics, and this is plain
+   REINFORCE with a group baseline; the clip bites on later PPO epochs over the same rollouts.
+3. An optional k3 KL penalty ``beta * (exp(ref - logp) - (ref - logp) - 1)`` toward the reference,
+   which in minirl is the same model with the LoRA adapter disabled (no second copy in memory).
+   TRL's default is ``beta = 0``, and so is ours.
+4. TRL's ``loss_type`` normalisations, copied exactly (trl 1.16.0, ``GRPOTrainer._compute_loss``):
+   ``grpo`` averages each episode's tokens, then averages episodes; ``bnpo`` and ``dapo`` divide the
+   batch's summed token loss by its number of tokens; ``dr_grpo`` divides by the constant
+   ``B * max_completion_length``.
+
+Why the normalisation matters here. BudgetMix mixes budgets, so one batch holds episodes whose
+turn counts (and token counts) differ 4..12x. Writing the loss as ``sum_i sum_t w_it * l_it``:
+
+- ``grpo``: ``w_it = 1 / (B * |o_i|)``. Each episode weighs the same, so a token of a short episode
+  weighs more than a token of a long one: short successes are pushed harder, long failures are
+  punished more softly (the length bias of Dr. GRPO and verl RFC #7244).
+- ``dapo``: ``w_it = 1 / sum_j |o_j|``. Every token of the batch weighs the same; long episodes
+  contribute in proportion to their length, with no per-episode reweighting.
+- ``dr_grpo``: ``w_it = 1 / (B * max_completion_length)``. Independent of the episode's length and
+  of the batch's make-up, but in multi-turn play ``max_completion_length`` (budget_max turns times
+  the per-turn cap) is loose, so short-budget batches get small gradients.
+
+minirl's default is ``dapo``: it is token-level, so BudgetMix's mix of lengths does not tilt
+per-token credit toward short episodes, it needs no loose length constant, and it is TRL's own
+default (``GRPOConfig.loss_type = "dapo"`` in the installed trl 1.16.0), so runs stay comparable.
+The price is that its scale follows the batch's total token count; pass ``num_items_in_batch``
+when one batch is split into gradient-accumulation chunks so every chunk shares one denominator.
+
+Tensor conventions: a batch of B whole conversations, right-padded to length L. ``logps[b, t]``
+is ``log pi(token_t | tokens_<t)`` (position 0 has no context and is 0); ``mask[b, t]`` is 1 on
+sampled assistant tokens only, so prompts, environment observations and padding carry no loss.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+SCALE_REWARDS: tuple[str, ...] = ("group", "batch", "none")
+LOSS_TYPES: tuple[str, ...] = ("grpo", "bnpo", "dapo", "dr_grpo")
+
+
+def _check_scale_rewards(scale_rewards: str) -> None:
+    if scale_rewards not in SCALE_REWARDS:
+        raise ValueError(f"unknown scale_rewards {scale_rewards!r}; choose one of {SCALE_REWARDS}")
+
+
+def _unbiased_std(x: Tensor) -> Tensor:
+    # TRL uses Bessel's correction (n - 1); one sample has no spread, so call it 0 rather than NaN.
+    return x.std() if x.numel() > 1 else torch.zeros((), dtype=x.dtype)
+
+
+def group_advantages(
+    rewards: Tensor, num_generations: int, scale_rewards: str = "group", eps: float = 1e-4
+) -> tuple[Tensor, float]:
+    """Group-normalised trajectory advantages, exactly as TRL's GRPOTrainer computes them.
+
+    ``rewards`` is [N], ordered so each run of ``num_generations`` consecutive entries is one group.
+    Returns the advantages [N] and the fraction of groups whose rewards all tie (their advantage
+    is 0). The tie fraction always uses the group std, whatever ``scale_rewards`` is.
+    """
+    _check_scale_rewards(scale_rewards)
+    if num_generations < 2:
+        raise ValueError(f"num_generations must be >= 2 to form a baseline, got {num_generations}")
+    if rewards.ndim != 1 or rewards.numel() % num_generations != 0:
+        raise ValueError(
+            f"rewards must be 1-D with a length divisible by num_generations={num_generations}, "
+            f"got shape {tuple(rewards.shape)}"
+        )
+    rewards = rewards.float()
+    grouped = rewards.view(-1, num_generations)
+    mean = grouped.mean(dim=1).repeat_interleave(num_generations)
+    group_std = grouped.std(dim=1)
+    if scale_rewards == "batch":
+        std = _unbiased_std(rewards).expand_as(rewards)
+    else:  # "none" keeps the group std only to spot ties, as TRL does
+        std = group_std.repeat_interleave(num_generations)
+    advantages = rewards - mean
+    if scale_rewards != "none":
+        advantages = advantages / (std + eps)
+    frac_zero_std = torch.isclose(group_std, torch.zeros_like(group_std)).float().mean().item()
+    return advantages, frac_zero_std
+
+
+def turn_advantages(
+    turn_rewards: list[list[float]],
+    outcome: list[float],
+    num_generations: int,
+    scale_rewards: str = "group",
+    eps: float = 1e-4,
+) -> list[list[float]]:
+    """Per-turn advantages for the process-supervision arm (``reward_mode=process``).
+
+    Episode i has outcome reward ``R_i`` and per-turn process rewards ``r_i1 .. r_in_i`` (each
+    turn's progress toward the goal by the oracle's distance). Each turn is credited with what
+    follows it, its undiscounted reward-to-go plus the outcome:
+
+        G_it = R_i + sum_{t' >= t} r_it'
+
+    The baseline pools every turn of every episode in the group:
+    ``A_it = (G_it - mean_g(G)) / (std + eps)``, with mean and (unbiased) std over the group's turns
+    (``group``), the same mean but the std over all turns of the batch (``batch``), or centring only
+    (``none``). Episodes with no turns are allowed and get an empty list.
+
+    What it gives up against the outcome advantage. The outcome arm gives every token of an
+    episode one sign and follows the gradient of success alone; here the objective is success plus
+    the oracle's progress, so the policy learns whatever that progress measure rewards. The pooled
+    baseline also ignores the turn's position: while progress is mostly positive, early turns hold
+    more reward-to-go than late ones and so get larger advantages for the same action, and long
+    episodes put more turns into the group's mean and std. In exchange the credit is finer: a
+    failed episode that made progress still credits its good turns, and a late mistake in a
+    success is not rewarded as much as the moves that came before it.
+    """
+    _check_scale_rewards(scale_rewards)
+    if num_generations < 2:
+        raise ValueError(f"num_generations must be >= 2 to form a baseline, got {num_generations}")
+    if len(turn_rewards) != len(outcome):
+        raise ValueError(
+            f"turn_rewards has {len(turn_rewards)} episodes but outcome has {len(outcome)}"
+        )
+    if len(outcome) % num_generations != 0:
+        raise ValueError(
+            f"{len(outcome)} episodes is not divisible by num_generations={num_generations}"
+        )
+    returns: list[list[float]] = []
+    for rewards, final in zip(turn_rewards, outcome, strict=True):
+        to_go, acc = [], float(final)
+        for r in reversed(rewards):
+            acc += float(r)
+            to_go.append(acc)
+        returns.append(to_go[::-1])
+
+    batch_std = _unbiased_std(torch.tensor([g for ep in returns for g in ep], dtype=torch.float64))
+    advantages: list[list[float]] = []
+    for start in range(0, len(returns), num_generations):
+        group = returns[start : start + num_generations]
+        flat = torch.tensor([g for ep in group for g in ep], dtype=torch.float64)
+        if flat.numel() == 0:
+            advantages.extend([] for _ in group)
+            continue
+        mean = flat.mean()
+        std = batch_std if scale_rewards == "batch" else _unbiased_std(flat)
+        scale = 1.0 if scale_rewards == "none" else 1.0 / (float(std) + eps)
+        advantages.extend([(g - float(mean)) * scale for g in ep] for ep in group)
+    return advantages
+
+
+def trajectory_token_advantages(advantages: Tensor, mask: Tensor) -> Tensor:
+    """Broadcast per-episode advantages [B] to every assistant token: [B, L], 0 off the mask."""
+    return advantages.float().unsqueeze(1) * mask.float()
+
+
+def turn_token_advantages(advantages: list[list[float]], turn_index: Tensor) -> Tensor:
+    """Give each assistant token its turn's advantage.
+
+    ``turn_index[b, t]`` is the turn number (0-based) of assistant token t of episode b, and -1
+    on every other position; those positions get 0.
+    """
+    if len(advantages) != turn_index.shape[0]:
+        raise ValueError(
+            f"{len(advantages)} episodes of advantages for a batch of {turn_index.shape[0]}"
+        )
+    num_turns = torch.tensor([len(a) for a in advantages], device=turn_index.device)
+    if bool((turn_index >= num_turns.unsqueeze(1)).any()):
+        raise ValueError("turn_index names a turn that has no advantage")
+    width = max([1, *(len(a) for a in advantages)])
+    table = torch.zeros(len(advantages), width, device=turn_index.device)
+    for b, adv in enumerate(advantages):
+        table[b, : len(adv)] = torch.tensor(adv, dtype=table.dtype)
+    gathered = table.gather(1, turn_index.clamp(min=0).long())
+    return torch.where(turn_index >= 0, gathered, torch.zeros_like(gathered))
+
+
+def token_logps(logits: Tensor, input_ids: Tensor, temperature: float = 1.0) -> Tensor:
+    """Per-token logprobs [B, L]: position t holds ``log softmax(logits[t-1] / T)[input_ids[t]]``.
+
+    Logits at position t predict token t+1, hence the shift; position 0 has no context and is 0.
+    Rows are done one at a time in float32 as ``logit - logsumexp``, so the peak extra memory is
+    one [L, V] float32 row rather than a full [B, L, V] log-softmax.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    out = torch.zeros(input_ids.shape, dtype=torch.float32, device=logits.device)
+    targets = input_ids[:, 1:].long()
+    for b in range(logits.shape[0]):
+        row = logits[b, :-1].float() / temperature
+        picked = row.gather(-1, targets[b].unsqueeze(-1)).squeeze(-1)
+        out[b, 1:] = picked - torch.logsumexp(row, dim=-1)
+    return out
+
+
+def sequence_logps(
+    model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor, temperature: float = 1.0
+) -> Tensor:
+    """Run ``model`` over whole conversations and return their per-token logprobs [B, L].
+
+    Use the sampling temperature, so these logprobs describe the distribution the tokens came from.
+    """
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
+    return token_logps(logits, input_ids, temperature)
+
+
+def policy_loss(
+    logps: Tensor,
+    old_logps: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    epsilon: float = 0.2,
+    epsilon_high: float | None = None,
+    beta: float = 0.0,
+    ref_logps: Tensor | None = None,
+    loss_type: str = "dapo",
+    max_completion_length: int | None = None,
+    num_items_in_batch: float | None = None,
+) -> tuple[Tensor, dict[str, float]]:
+    """The clipped GRPO surrogate with TRL's normalisations. All tensors are [B, L].
+
+    ``advantages`` is token-level (see ``trajectory_token_advantages``). ``num_items_in_batch``
+    is ``dapo``'s denominator, the masked-token count of the whole generation batch; it defaults to
+    this batch's count and matters only when one batch is split into gradient-accumulation chunks.
+    Returns the loss and stats: ``clip_ratio`` (fraction of masked tokens where the clip is active,
+    with ``clip_ratio_low``/``clip_ratio_high``), ``kl`` (masked mean, 0 when ``beta == 0``),
+    ``ratio_mean`` (masked mean of rho).
+    """
+    if loss_type not in LOSS_TYPES:
+        raise ValueError(f"unknown loss_type {loss_type!r}; choose one of {LOSS_TYPES}")
+    if loss_type == "dr_grpo" and max_completion_length is None:
+        raise ValueError(
+            "loss_type='dr_grpo' needs max_completion_length (its constant denominator)"
+        )
+    if beta > 0 and ref_logps is None:
+        raise ValueError("beta > 0 needs ref_logps (logprobs of the adapter-disabled reference)")
+    eps_low = epsilon
+    eps_high = epsilon if epsilon_high is None else epsilon_high
+    if advantages.dim() == 1:  # per-episode advantages, as TRL also accepts
+        advantages = advantages.unsqueeze(1)
+    keep = mask.bool()
+    mask = mask.float()
+
+    # torch.where, not a multiply: a masked position's garbage logp could give exp() = inf, and
+    # inf * 0 is NaN in both the loss and its gradient.
+    log_ratio = torch.where(keep, logps - old_logps, torch.zeros_like(logps))
+    ratio = torch.exp(log_ratio)
+    clipped = torch.clamp(ratio, 1 - eps_low, 1 + eps_high)
+    per_token_loss = -torch.min(ratio * advantages, clipped * advantages)
+
+    kl = torch.zeros_like(logps)
+    if beta > 0:
+        assert ref_logps is not None
+        delta = torch.where(keep, ref_logps - logps, torch.zeros_like(logps))
+        kl = torch.exp(delta) - delta - 1
+        per_token_loss = per_token_loss + beta * kl
+
+    per_token_loss = torch.where(keep, per_token_loss, torch.zeros_like(per_token_loss))
+    summed = per_token_loss.sum()
+    if loss_type == "grpo":
+        loss = (per_token_loss.sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
+    elif loss_type == "bnpo":
+        loss = summed / mask.sum().clamp(min=1.0)
+    elif loss_type == "dapo":
+        tokens = (
+            mask.sum()
+            if num_items_in_batch is None
+            else torch.tensor(float(num_items_in_batch), device=mask.device)
+        )
+        loss = summed / tokens.clamp(min=1.0)
+    else:
+        assert max_completion_length is not None
+        loss = summed / (logps.shape[0] * max_completion_length)
+
+    with torch.no_grad():
+        n = mask.sum().clamp(min=1.0)
+        low = (ratio < 1 - eps_low) & (advantages < 0) & keep
+        high = (ratio > 1 + eps_high) & (advantages > 0) & keep
+        stats = {
+            "clip_ratio": ((low | high).float().sum() / n).item(),
+            "clip_ratio_low": (low.float().sum() / n).item(),
+            "clip_ratio_high": (high.float().sum() / n).item(),
+            "kl": ((kl * mask).sum() / n).item(),
+            "ratio_mean": ((ratio * mask).sum() / n).item(),
+        }
+    return loss, stats

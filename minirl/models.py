@@ -1,0 +1,138 @@
+"""Load the policy: a base causal LM, quantized to 4-bit NF4, with trainable LoRA adapters.
+
+The recipe is QLoRA's, at any scale:
+
+    base  = from_pretrained(name, quantization_config=BitsAndBytesConfig(load_in_4bit, "nf4"))
+    base  = prepare_model_for_kbit_training(base)        # fp32 norms, input grads for the adapters
+    model = get_peft_model(base, LoraConfig(r, alpha, target_modules="all-linear"))
+
+Only the LoRA matrices are trained. The reference policy for the KL term is the *same* model
+with its adapters switched off (`model.disable_adapter()`), so no second copy is held.
+
+`name` is `tiny` (the embedded base from minirl.tiny, built on first use), a local checkpoint
+directory, or a hub id such as `Qwen/Qwen2.5-0.5B-Instruct` (needs internet and, in practice, a
+GPU). `quant="none"` skips quantization; the rest of the path is identical.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model, prepare_model_for_kbit_training
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    BitsAndBytesConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+from transformers.utils import logging as hf_logging
+
+QUANT_CHOICES = ("nf4", "none")
+
+
+class ModelLoadError(ValueError):
+    """A --model value that names nothing loadable (the CLI prints it as a one-line error)."""
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def resolve_model_path(name: str) -> str:
+    """Map `tiny` to its cache directory (building it if needed); pass paths and hub ids through."""
+    if name == "tiny":
+        from minirl.tiny import ensure_tiny
+
+        return str(ensure_tiny().path)
+    if os.path.sep in name and not Path(name).exists() and name.startswith((".", "/", "~")):
+        raise ModelLoadError(f"--model {name!r}: no such directory (use 'tiny', a path or a hub id)")
+    return name
+
+
+def load_tokenizer(path: str) -> PreTrainedTokenizerBase:
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.chat_template is None:
+        raise ModelLoadError(f"--model {path!r}: the tokenizer has no chat template")
+    if tokenizer.pad_token_id is None:
+        # Many chat tokenizers ship without a pad token; eos works because minirl builds attention
+        # masks from lengths, never from `ids != pad` (see minirl.rollout).
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_base(path: str, quant: str = "nf4", device: torch.device | None = None) -> PreTrainedModel:
+    """The frozen base model, 4-bit NF4 (default) or full precision."""
+    if quant not in QUANT_CHOICES:
+        raise ModelLoadError(f"--quant {quant!r}: valid choices are {', '.join(QUANT_CHOICES)}")
+    device = device or default_device()
+    kwargs: dict = {}
+    if quant == "nf4":
+        kwargs["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True,
+            bnb_4bit_quant_type="nf4",
+            # bf16 matmuls on GPUs; the CPU kernels are fastest (and exact enough) in fp32.
+            bnb_4bit_compute_dtype=torch.bfloat16 if device.type == "cuda" else torch.float32,
+        )
+        kwargs["device_map"] = {"": device}
+    else:
+        kwargs["dtype"] = torch.float32
+    hf_logging.disable_progress_bar()
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    except OSError as err:  # not a directory, not a reachable hub id
+        raise ModelLoadError(
+            f"--model {path!r} could not be loaded ({str(err).splitlines()[0]}); "
+            "use 'tiny', a local checkpoint directory, or a hub id with internet access"
+        ) from err
+    finally:
+        hf_logging.enable_progress_bar()
+    if quant == "none":
+        model.to(device)
+    return model
+
+
+def lora_config(r: int = 16, alpha: int = 32, dropout: float = 0.0) -> LoraConfig:
+    """LoRA on every linear layer of the transformer blocks (QLoRA's choice; lm_head excluded)."""
+    return LoraConfig(
+        r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules="all-linear", task_type="CAUSAL_LM"
+    )
+
+
+def load_policy(
+    name: str = "tiny",
+    quant: str = "nf4",
+    lora_r: int = 16,
+    lora_alpha: int = 32,
+    lora_dropout: float = 0.0,
+    adapter: str | Path | None = None,
+    device: torch.device | None = None,
+) -> tuple[PeftModel, PreTrainedTokenizerBase]:
+    """Base (+4-bit) + LoRA, ready to train. `adapter` resumes from a saved peft adapter dir."""
+    path = resolve_model_path(name)
+    tokenizer = load_tokenizer(path)
+    base = load_base(path, quant, device)
+    if quant == "nf4":
+        # Gradient checkpointing trades compute for memory; small models don't need it.
+        base = prepare_model_for_kbit_training(base, use_gradient_checkpointing=False)
+    base.config.use_cache = True
+    if adapter is not None:
+        model = PeftModel.from_pretrained(base, str(adapter), is_trainable=True)
+    else:
+        model = get_peft_model(base, lora_config(lora_r, lora_alpha, lora_dropout))
+    return model, tokenizer
+
+
+def trainable_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+@contextlib.contextmanager
+def reference_policy(model: PeftModel) -> Iterator[PeftModel]:
+    """The KL reference: the same weights with the LoRA adapters switched off."""
+    with model.disable_adapter():
+        yield model

@@ -1,0 +1,232 @@
+"""Batched multi-turn rollouts: many episodes advance together, one `generate` call per turn.
+
+Each episode is one chat (minirl.chat): the task's rules as the system message, then the first
+observation (with "turns left: k" when the budget is visible), then alternating assistant replies
+and environment observations, until the task says `done` or the turn budget T is spent.
+
+Every turn, the still-active episodes are left-padded into one batch and sampled with a single
+`model.generate`. For each episode we keep the token ids that were *sampled* and their sampling
+log-probabilities log softmax(logits / temperature), so training never re-tokenizes text. Two
+details keep batching honest:
+
+- the attention mask comes from each sequence's length, never from `ids != pad_token_id`: with
+  pad == eos (common for chat models) the eos tokens inside the history are real tokens;
+- a reply ends at its *first* eos; whatever `generate` put after it is padding and is dropped.
+
+Cost: each turn re-encodes the whole history (no KV cache is kept across turns), so an episode of
+T turns costs O(T^2) prompt tokens. At the tiny model's ~200-token conversations that is cheaper
+than the bookkeeping a cross-turn cache would need; for long chats it is the first thing to change.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
+
+import tasks
+from minirl.chat import budget_text, eos_id, prompt_ids, turn_suffix_ids
+
+
+@dataclass
+class EpisodeSpec:
+    """What to play: one task instance at one turn budget. Episodes of a GRPO group share all."""
+
+    task: str
+    seed: int
+    budget: int
+    group: int = 0
+
+
+@dataclass
+class Turn:
+    """One assistant turn and what the environment made of it."""
+
+    reply: str
+    action: str | None
+    valid: bool
+    mistake: bool
+    optimal: bool
+    distance_before: float
+    distance_after: float
+    reward: float
+
+
+@dataclass
+class Episode:
+    """A finished episode: the exact token stream, its masks and log-probs, and its outcome."""
+
+    task: str
+    seed: int
+    group: int
+    budget: int
+    budget_visible: bool
+    optimal_length: int
+    input_ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)  # 1 on sampled assistant tokens only
+    logprobs: list[float] = field(default_factory=list)  # sampling log-prob; 0.0 where mask is 0
+    turn_index: list[int] = field(default_factory=list)  # turn of each assistant token, else -1
+    turns: list[Turn] = field(default_factory=list)
+    success: bool = False
+    reward: float = 0.0
+    truncated_replies: int = 0  # replies cut by max_new_tokens before their eos
+
+    @property
+    def turns_used(self) -> int:
+        return len(self.turns)
+
+    def extend(self, ids: list[int], mask: int, turn: int, logprobs: list[float] | None = None):
+        self.input_ids += ids
+        self.loss_mask += [mask] * len(ids)
+        self.turn_index += [turn if mask else -1] * len(ids)
+        self.logprobs += logprobs if logprobs is not None else [0.0] * len(ids)
+
+
+def generation_config(
+    tokenizer: PreTrainedTokenizerBase, max_new_tokens: int, temperature: float
+) -> GenerationConfig:
+    """Pure sampling from softmax(logits / temperature), so stored log-probs are the policy's.
+
+    Hub checkpoints ship defaults such as top_k=20, top_p=0.8 or a repetition penalty; those
+    would make the sampling distribution differ from the one the loss assumes, so we override all.
+    temperature <= 0 means greedy decoding (evaluation only).
+    """
+    greedy = temperature <= 0
+    return GenerationConfig(
+        max_new_tokens=max_new_tokens,
+        do_sample=not greedy,
+        temperature=None if greedy else temperature,
+        top_k=None if greedy else 0,
+        top_p=None if greedy else 1.0,
+        repetition_penalty=1.0,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=eos_id(tokenizer),
+        bos_token_id=None,
+    )
+
+
+def left_pad(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad to one batch; the attention mask is built from lengths (pad may equal eos)."""
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for i, s in enumerate(sequences):
+        ids[i, width - len(s) :] = torch.tensor(s, dtype=torch.long)
+        mask[i, width - len(s) :] = 1
+    return ids, mask
+
+
+@torch.no_grad()
+def rollout(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    specs: list[EpisodeSpec],
+    *,
+    max_new_tokens: int = 4,
+    temperature: float = 1.0,
+    budget_visible: bool = True,
+    task_options: dict[str, dict] | None = None,
+) -> list[Episode]:
+    """Play every spec to the end; one batched `generate` per turn over the active episodes."""
+    for spec in specs:
+        if spec.budget < 1:
+            raise ValueError(f"turn budget must be >= 1, got {spec.budget}")
+    task_options = task_options or {}
+    eos = eos_id(tokenizer)
+    config = generation_config(tokenizer, max_new_tokens, temperature)
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+
+    envs, episodes = [], []
+    for spec in specs:
+        env = tasks.make(spec.task, **task_options.get(spec.task, {}))
+        obs = env.reset(spec.seed)
+        episode = Episode(
+            spec.task, spec.seed, spec.group, spec.budget, budget_visible, env.optimal_length
+        )
+        shown = spec.budget if budget_visible else None
+        episode.extend(prompt_ids(tokenizer, env.system_prompt, budget_text(obs, shown)), 0, -1)
+        envs.append(env)
+        episodes.append(episode)
+
+    active = list(range(len(specs)))
+    turn = 0
+    while active:
+        ids, attention = left_pad([episodes[i].input_ids for i in active], tokenizer.pad_token_id)
+        out = model.generate(
+            input_ids=ids.to(device),
+            attention_mask=attention.to(device),
+            generation_config=config,
+            return_dict_in_generate=True,
+            output_logits=True,
+        )
+        new_tokens = out.sequences[:, ids.shape[1] :].cpu()
+        logits = torch.stack(out.logits, dim=1).float().cpu()  # raw logits, before any processor
+        scale = temperature if temperature > 0 else 1.0
+        logps = torch.log_softmax(logits / scale, dim=-1)
+        logps = logps.gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1)
+
+        still_active = []
+        for row, i in enumerate(active):
+            episode, env = episodes[i], envs[i]
+            sampled = new_tokens[row].tolist()
+            end = sampled.index(eos) + 1 if eos in sampled else len(sampled)
+            reply = sampled[:end]
+            episode.extend(reply, 1, turn, logps[row, :end].tolist())
+            if reply[-1] != eos:
+                # Cut off by max_new_tokens: close the message so the template stays well formed.
+                # The added eos was not sampled, so it is not trained on.
+                episode.truncated_replies += 1
+                episode.extend([eos], 0, -1)
+            text = tokenizer.decode(reply, skip_special_tokens=True)
+            before = env.distance()
+            step = env.step(text)
+            info = step.info
+            episode.turns.append(
+                Turn(
+                    reply=text,
+                    action=info["action"],
+                    valid=info["valid"],
+                    mistake=info["mistake"],
+                    optimal=info["optimal"],
+                    distance_before=before,
+                    distance_after=float(info["distance"]),
+                    reward=step.reward,
+                )
+            )
+            episode.reward += step.reward
+            episode.success = bool(info["success"])
+            turns_left = episode.budget - len(episode.turns)
+            if step.done or turns_left == 0:
+                continue
+            shown = turns_left if budget_visible else None
+            episode.extend(turn_suffix_ids(tokenizer, budget_text(step.observation, shown)), 0, -1)
+            still_active.append(i)
+        active = still_active
+        turn += 1
+
+    if was_training:
+        model.train()
+    return episodes
+
+
+def progress_rewards(episode: Episode) -> list[float]:
+    """Per-turn process reward: the drop in oracle distance, as a fraction of the start distance.
+
+    A successful oracle-optimal episode collects exactly 1.0 in total; a wall bump collects 0; a
+    move into a deadlock (distance becomes infinite) gives -1, the most a turn can lose.
+    """
+    if not episode.turns:
+        return []
+    start = episode.turns[0].distance_before
+    scale = start if start > 0 and math.isfinite(start) else 1.0
+    rewards = []
+    for t in episode.turns:
+        if not math.isfinite(t.distance_after):
+            rewards.append(-1.0)
+        else:
+            rewards.append((t.distance_before - t.distance_after) / scale)
+    return rewards

@@ -1,0 +1,349 @@
+"""The embedded default base model, `--model tiny`: built here, cached, then loaded like a hub model.
+
+No model hub is reachable in many classrooms, so minirl makes its own small base:
+
+1. a word-level `PreTrainedTokenizerFast` over the tasks' words, with a ChatML chat template;
+2. a ~1.3M-parameter Qwen2-style causal LM (hidden 128, 6 layers; hidden sizes are multiples of 64
+   because bitsandbytes' CPU NF4 kernels quantize in blocks of 64);
+3. a short supervised warm start on *noisy* oracle demonstrations: at each turn the demonstrator
+   plays a uniformly random action with probability epsilon and an oracle-optimal one otherwise.
+   The loss is next-token cross-entropy on the assistant tokens only, over whole multi-turn
+   conversations laid out exactly as rollouts lay them out (minirl.chat), so every reply is a
+   (history -> action) example. The result is imperfect but not hopeless, like an instruct model
+   meeting a new task, which leaves RL something to improve.
+
+The build is deterministic in its recipe. It is saved with `save_pretrained` under
+`<cache>/minirl/tiny-<hash of the recipe>`, so every later run loads it with
+`AutoModelForCausalLM.from_pretrained` exactly as it would load `Qwen/Qwen2.5-0.5B-Instruct`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import random
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+import tasks
+from minirl.chat import budget_text, encode_conversation
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "[UNK]"]
+
+
+@dataclass(frozen=True)
+class TinyRecipe:
+    """Everything that determines the tiny base; its hash is the cache key."""
+
+    seed: int = 0
+    """Seed for the demonstrations, the initial weights and the batch order."""
+    hidden_size: int = 128
+    """Model width (a multiple of 64 for the CPU NF4 kernels)."""
+    num_hidden_layers: int = 6
+    """Transformer blocks."""
+    num_attention_heads: int = 4
+    """Attention heads per block."""
+    intermediate_size: int = 384
+    """MLP width (a multiple of 64)."""
+    epsilon: float = 0.4
+    """Probability that a demonstration turn is a uniformly random action instead of the oracle's."""
+    tasks: tuple[tuple[str, float], ...] = (
+        ("gridnav", 0.4),
+        ("icy", 0.2),
+        ("sokoban", 0.2),
+        ("guess", 0.2),
+    )
+    """Task mixture of the demonstrations: (name, weight)."""
+    budget_min: int = 2
+    """Shortest demonstrated turn budget (the budget is shown as "turns left: k")."""
+    budget_max: int = 12
+    """Longest demonstrated turn budget."""
+    max_steps: int = 360
+    """Optimizer steps of the warm start."""
+    batch_size: int = 32
+    """Conversations per optimizer step."""
+    learning_rate: float = 3e-3
+    """Peak AdamW learning rate (linear warmup, then linear decay to zero)."""
+    warmup_steps: int = 30
+    """Linear warmup steps."""
+    version: int = 1
+    """Bumped when the build code changes in a way the fields above do not capture."""
+
+    def key(self) -> str:
+        blob = json.dumps(dataclasses.asdict(self), sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def cache_root() -> Path:
+    """`$MINIRL_CACHE`, else `$XDG_CACHE_HOME/minirl`, else `~/.cache/minirl`."""
+    if os.environ.get("MINIRL_CACHE"):
+        return Path(os.environ["MINIRL_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "minirl"
+
+
+# --- demonstrations ------------------------------------------------------------------------------
+
+
+@dataclass
+class Demo:
+    """One noisy-oracle conversation, as text."""
+
+    task: str
+    system: str
+    observations: list[str]
+    replies: list[str]
+    success: bool
+    expert_entropy: list[float]  # entropy (nats) of the demonstrator's action choice at each turn
+
+
+def noisy_demo(task: str, seed: int, budget: int, epsilon: float, rng: random.Random) -> Demo:
+    """Play one episode with the epsilon-noisy oracle, with the budget visible as in rollouts."""
+    env = tasks.make(task)
+    obs = env.reset(seed)
+    observations, replies = [budget_text(obs, budget)], []
+    success = False
+    entropies: list[float] = []
+    for turn in range(budget):
+        optimal = sorted(env.optimal_actions())
+        entropies.append(_mixture_entropy(len(env.action_words), len(optimal), epsilon))
+        if rng.random() < epsilon:
+            action = rng.choice(env.action_words)
+        else:
+            action = rng.choice(optimal)
+        step = env.step(action)
+        replies.append(action)
+        success = step.info["success"]
+        if step.done:
+            break
+        observations.append(budget_text(step.observation, budget - turn - 1))
+    return Demo(task, env.system_prompt, observations[: len(replies)], replies, success, entropies)
+
+
+def _mixture_entropy(n_words: int, n_optimal: int, epsilon: float) -> float:
+    """Entropy of "uniform over all n_words w.p. epsilon, else uniform over the n_optimal"."""
+    p_opt = epsilon / n_words + (1 - epsilon) / n_optimal
+    p_rest = epsilon / n_words
+    ent = -n_optimal * p_opt * math.log(p_opt)
+    if n_words > n_optimal and p_rest > 0:
+        ent -= (n_words - n_optimal) * p_rest * math.log(p_rest)
+    return ent
+
+
+def demo_stream(recipe: TinyRecipe, rng: random.Random):
+    """An endless, seeded stream of demonstrations from the recipe's task mixture."""
+    names = [name for name, _ in recipe.tasks]
+    weights = [w for _, w in recipe.tasks]
+    while True:
+        task = rng.choices(names, weights)[0]
+        seed = rng.choice(tasks.TRAIN_SEEDS)
+        budget = rng.randint(recipe.budget_min, recipe.budget_max)
+        yield noisy_demo(task, seed, budget, recipe.epsilon, rng)
+
+
+# --- tokenizer and model -------------------------------------------------------------------------
+
+
+def corpus_words(recipe: TinyRecipe, rng: random.Random, episodes: int = 400) -> list[str]:
+    """Text that covers every word the tasks can show: prompts, actions, sampled observations."""
+    lines = ["system user assistant turns left :", " ".join(str(i) for i in range(101))]
+    for name, _ in recipe.tasks:
+        env = tasks.make(name)
+        lines.append(env.system_prompt)
+        lines.append(" ".join(env.action_words))
+    stream = demo_stream(dataclasses.replace(recipe, epsilon=0.7), rng)
+    for _ in range(episodes):
+        demo = next(stream)
+        lines.extend(demo.observations)
+    return lines
+
+
+def build_tokenizer(lines: list[str]) -> PreTrainedTokenizerFast:
+    """A word-level tokenizer: words, integers, punctuation and newlines are one token each.
+
+    Hand-built with the `tokenizers` library (not a BPE) because the tasks' language is a closed
+    set of ~100 words; a one-token-per-word vocabulary keeps the model tiny and its inputs legible.
+    """
+    tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(r"[ \t]+"), "removed"),
+            pre_tokenizers.Split(Regex(r"\n"), "isolated"),
+            pre_tokenizers.Punctuation("isolated"),
+        ]
+    )
+    tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # joins words with spaces
+    tok.train_from_iterator(lines, trainers.WordLevelTrainer(special_tokens=SPECIAL_TOKENS))
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        unk_token="[UNK]",
+        pad_token="<|endoftext|>",
+        eos_token="<|im_end|>",
+        additional_special_tokens=["<|im_start|>"],
+        model_max_length=2048,
+    )
+    fast.chat_template = CHATML_TEMPLATE
+    return fast
+
+
+def build_model(recipe: TinyRecipe, tokenizer: PreTrainedTokenizerFast) -> Qwen2ForCausalLM:
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=recipe.hidden_size,
+        intermediate_size=recipe.intermediate_size,
+        num_hidden_layers=recipe.num_hidden_layers,
+        num_attention_heads=recipe.num_attention_heads,
+        num_key_value_heads=recipe.num_attention_heads,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+    )
+    torch.manual_seed(recipe.seed)
+    return Qwen2ForCausalLM(config)
+
+
+# --- warm start ----------------------------------------------------------------------------------
+
+
+def collate(batch: list[tuple[list[int], list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-pad (ids, mask) pairs; labels are -100 off the assistant tokens."""
+    # Round the width up to a multiple of 32: a handful of distinct shapes keeps the CPU kernels
+    # warm, where every new sequence length would cost a slow first call.
+    width = -(-max(len(ids) for ids, _ in batch) // 32) * 32
+    input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(batch), width), dtype=torch.long)
+    labels = torch.full((len(batch), width), -100, dtype=torch.long)
+    for i, (ids, mask) in enumerate(batch):
+        n = len(ids)
+        input_ids[i, :n] = torch.tensor(ids)
+        attention[i, :n] = 1
+        labels[i, :n] = torch.where(torch.tensor(mask) == 1, torch.tensor(ids), -100)
+    return {"input_ids": input_ids, "attention_mask": attention, "labels": labels}
+
+
+def length_bucketed_batches(
+    recipe: TinyRecipe, tokenizer: PreTrainedTokenizerFast, rng: random.Random, pool: int = 8
+) -> Iterator[list[tuple[list[int], list[int]]]]:
+    """Batches of similar-length conversations, drawn `pool` batches at a time.
+
+    Sorting a pool by length before cutting it into batches cuts padding roughly in half, and the
+    CPU kernels run fastest when they keep seeing the same few shapes (see `collate`).
+    """
+    stream = demo_stream(recipe, rng)
+    while True:
+        encoded = []
+        for _ in range(pool * recipe.batch_size):
+            demo = next(stream)
+            enc = encode_conversation(tokenizer, demo.system, demo.observations, demo.replies)
+            encoded.append((enc.input_ids, enc.loss_mask))
+        encoded.sort(key=lambda pair: len(pair[0]))
+        chunks = [encoded[i : i + recipe.batch_size] for i in range(0, len(encoded), recipe.batch_size)]
+        rng.shuffle(chunks)
+        yield from chunks
+
+
+def warm_start(
+    model: Qwen2ForCausalLM,
+    tokenizer: PreTrainedTokenizerFast,
+    recipe: TinyRecipe,
+    rng: random.Random,
+    progress: bool = True,
+) -> list[float]:
+    """Supervised fine-tuning on noisy demonstrations; returns the loss per step."""
+    from minirl.progress import track
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.learning_rate, weight_decay=0.0)
+
+    def lr_at(step: int) -> float:
+        if step < recipe.warmup_steps:
+            return (step + 1) / recipe.warmup_steps
+        return max(0.0, (recipe.max_steps - step) / max(1, recipe.max_steps - recipe.warmup_steps))
+
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_at)
+    batches = length_bucketed_batches(recipe, tokenizer, rng)
+    losses: list[float] = []
+    model.train()
+    for _ in track(range(recipe.max_steps), "warm start (tiny base)", enabled=progress):
+        out = model(**collate(next(batches), tokenizer.pad_token_id))
+        optimizer.zero_grad(set_to_none=True)
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        losses.append(out.loss.item())
+    model.eval()
+    return losses
+
+
+def noisy_expert_loss(recipe: TinyRecipe, samples: int = 400) -> float:
+    """The warm-start loss a perfect imitation of the noisy demonstrator would reach.
+
+    DESIGN.md section 4's lesson: compare the warm-start loss with this optimum before any RL. A
+    loss near the uniform plateau means the model has not learned the expert yet. Per assistant
+    token: the action carries the demonstrator's entropy and the eos after it costs nothing.
+    """
+    stream = demo_stream(recipe, random.Random(recipe.seed + 1))
+    total, tokens = 0.0, 0
+    for _ in range(samples):
+        demo = next(stream)
+        total += sum(demo.expert_entropy)
+        tokens += 2 * len(demo.replies)
+    return total / tokens
+
+
+# --- build or load -------------------------------------------------------------------------------
+
+
+@dataclass
+class BuildReport:
+    """What `ensure_tiny` did, for logs and tests."""
+
+    path: Path
+    built: bool
+    seconds: float = 0.0
+    losses: list[float] = field(default_factory=list)
+
+
+def ensure_tiny(recipe: TinyRecipe | None = None, progress: bool = True) -> BuildReport:
+    """Return the cached tiny base for this recipe, building it first if it is missing."""
+    recipe = recipe or TinyRecipe()
+    target = cache_root() / f"tiny-{recipe.key()}"
+    if (target / "config.json").exists() and (target / "recipe.json").exists():
+        return BuildReport(target, built=False)
+    start = time.perf_counter()
+    rng = random.Random(recipe.seed)
+    tokenizer = build_tokenizer(corpus_words(recipe, rng))
+    model = build_model(recipe, tokenizer)
+    losses = warm_start(model, tokenizer, recipe, rng, progress=progress)
+    seconds = time.perf_counter() - start
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Build in a temporary sibling and rename, so a crash never leaves a half-written cache entry.
+    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    meta = {"recipe": dataclasses.asdict(recipe), "build_seconds": seconds, "losses": losses}
+    (tmp / "recipe.json").write_text(json.dumps(meta, indent=1))
+    try:
+        os.replace(tmp, target)
+    except OSError:  # another process finished the same build first; keep theirs
+        shutil.rmtree(tmp, ignore_errors=True)
+    return BuildReport(target, built=True, seconds=seconds, losses=losses)

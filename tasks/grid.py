@@ -1,0 +1,61 @@
+"""Grid geometry shared by gridnav, icy and sokoban: directions, walls, moves and BFS.
+
+Cells are (row, col) with row 0 at the top, so "up" decreases the row. A Grid knows its size
+and wall cells; anything outside the grid also counts as a wall. BFS from the goal gives the
+exact distance of every cell because grid moves are reversible (the graph is undirected).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+Cell = tuple[int, int]
+
+ACTIONS: tuple[str, ...] = ("up", "down", "left", "right")
+DELTAS: dict[str, Cell] = {"up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1)}
+
+
+def shift(cell: Cell, action: str) -> Cell:
+    """The neighbouring cell in the direction of `action` (may be off the grid)."""
+    dr, dc = DELTAS[action]
+    return cell[0] + dr, cell[1] + dc
+
+
+def cell_words(cell: Cell) -> str:
+    return f"{cell[0]} {cell[1]}"
+
+
+@dataclass(frozen=True)
+class Grid:
+    size: int
+    walls: frozenset[Cell]
+
+    def free(self, cell: Cell) -> bool:
+        r, c = cell
+        return 0 <= r < self.size and 0 <= c < self.size and cell not in self.walls
+
+    def cells(self) -> list[Cell]:
+        return [(r, c) for r in range(self.size) for c in range(self.size) if self.free((r, c))]
+
+    def move(self, cell: Cell, action: str) -> Cell:
+        """Where a walker ends up: the neighbour, or `cell` itself when a wall is in the way."""
+        nxt = shift(cell, action)
+        return nxt if self.free(nxt) else cell
+
+    def blocked(self, cell: Cell) -> list[str]:
+        return [a for a in ACTIONS if not self.free(shift(cell, a))]
+
+
+def bfs_distances(grid: Grid, source: Cell) -> dict[Cell, int]:
+    """Shortest move counts from `source` to every cell reachable from it."""
+    dist = {source: 0}
+    queue = deque([source])
+    while queue:
+        cell = queue.popleft()
+        for action in ACTIONS:
+            nxt = grid.move(cell, action)
+            if nxt not in dist:
+                dist[nxt] = dist[cell] + 1
+                queue.append(nxt)
+    return dist
