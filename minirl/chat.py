@@ -32,7 +32,9 @@ def budget_text(observation: str, turns_left: int | None) -> str:
     return f"{observation}\nturns left: {turns_left}"
 
 
-def _render(tokenizer: PreTrainedTokenizerBase, messages: list[dict], generation_prompt: bool) -> str:
+def _render(
+    tokenizer: PreTrainedTokenizerBase, messages: list[dict], generation_prompt: bool
+) -> str:
     text = tokenizer.apply_chat_template(
         messages, tokenize=False, add_generation_prompt=generation_prompt
     )

@@ -9,15 +9,15 @@ The recipe is QLoRA's, at any scale:
 Only the LoRA matrices are trained. The reference policy for the KL term is the *same* model
 with its adapters switched off (`model.disable_adapter()`), so no second copy is held.
 
-`name` is `tiny` (the embedded base from minirl.tiny, built on first use), a local checkpoint
-directory, or a hub id such as `Qwen/Qwen2.5-0.5B-Instruct` (needs internet and, in practice, a
-GPU). `quant="none"` skips quantization; the rest of the path is identical.
+`name` is `tiny` (the embedded base for the task, from minirl.tiny, built on first use), a
+local checkpoint directory, or a hub id such as `Qwen/Qwen2.5-0.5B-Instruct` (needs internet
+and, in practice, a GPU). `quant="none"` skips quantization; the rest of the path is identical.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -43,15 +43,17 @@ def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def resolve_model_path(name: str) -> str:
-    """Map `tiny` to its cache directory (building it if needed); pass paths and hub ids through."""
+def resolve_model_path(name: str, task: str = "gridnav") -> str:
+    """Map `tiny` to the cached tiny base for `task` (built if needed); pass other names through."""
     if name == "tiny":
-        from minirl.tiny import ensure_tiny
+        from minirl.tiny import TinyRecipe, ensure_tiny
 
-        return str(ensure_tiny().path)
-    if os.path.sep in name and not Path(name).exists() and name.startswith((".", "/", "~")):
-        raise ModelLoadError(f"--model {name!r}: no such directory (use 'tiny', a path or a hub id)")
-    return name
+        return str(ensure_tiny(TinyRecipe.for_task(task)).path)
+    if name.startswith((".", "/", "~")) and not Path(name).expanduser().exists():
+        raise ModelLoadError(
+            f"--model {name!r}: no such directory (use 'tiny', a path or a hub id)"
+        )
+    return str(Path(name).expanduser()) if name.startswith("~") else name
 
 
 def load_tokenizer(path: str) -> PreTrainedTokenizerBase:
@@ -93,13 +95,36 @@ def load_base(path: str, quant: str = "nf4", device: torch.device | None = None)
         hf_logging.enable_progress_bar()
     if quant == "none":
         model.to(device)
+    else:
+        keep_4bit_weights_differentiable(model)
     return model
+
+
+def keep_4bit_weights_differentiable(model: torch.nn.Module) -> None:
+    """Stop bitsandbytes from repacking NF4 weights for its CPU inference kernel.
+
+    On CPUs with AVX512-BF16, `Linear4bit` repacks its weights in place the first time it runs
+    in eval mode without gradients (our rollouts). The packed kernel has no autograd formula, so
+    every later training forward silently drops the gradient through the frozen base weights, and
+    LoRA adapters below the top layer learn from a wrong gradient (PyTorch only warns
+    "autograd kernel was not registered"). tests/test_models.py checks the gradients against a
+    full-precision twin.
+    """
+    import bitsandbytes as bnb
+
+    for module in model.modules():
+        if isinstance(module, bnb.nn.Linear4bit):
+            module.support_avx512bf16_for_cpu = False
 
 
 def lora_config(r: int = 16, alpha: int = 32, dropout: float = 0.0) -> LoraConfig:
     """LoRA on every linear layer of the transformer blocks (QLoRA's choice; lm_head excluded)."""
     return LoraConfig(
-        r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules="all-linear", task_type="CAUSAL_LM"
+        r=r,
+        lora_alpha=alpha,
+        lora_dropout=dropout,
+        target_modules="all-linear",
+        task_type="CAUSAL_LM",
     )
 
 
@@ -111,14 +136,20 @@ def load_policy(
     lora_dropout: float = 0.0,
     adapter: str | Path | None = None,
     device: torch.device | None = None,
+    task: str = "gridnav",
 ) -> tuple[PeftModel, PreTrainedTokenizerBase]:
-    """Base (+4-bit) + LoRA, ready to train. `adapter` resumes from a saved peft adapter dir."""
-    path = resolve_model_path(name)
+    """Base (+4-bit) + LoRA, ready to train. `adapter` loads a saved peft adapter directory.
+
+    `task` only matters for `tiny`, whose base is warm-started on the task it will play.
+    """
+    path = resolve_model_path(name, task)
     tokenizer = load_tokenizer(path)
     base = load_base(path, quant, device)
     if quant == "nf4":
         # Gradient checkpointing trades compute for memory; small models don't need it.
-        base = prepare_model_for_kbit_training(base, use_gradient_checkpointing=False)
+        with warnings.catch_warnings():  # peft still calls a deprecated transformers property
+            warnings.simplefilter("ignore", FutureWarning)
+            base = prepare_model_for_kbit_training(base, use_gradient_checkpointing=False)
     base.config.use_cache = True
     if adapter is not None:
         model = PeftModel.from_pretrained(base, str(adapter), is_trainable=True)

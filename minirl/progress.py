@@ -23,7 +23,7 @@ T = TypeVar("T")
 
 
 def make_progress() -> Progress:
-    """A progress bar with step counts, elapsed and remaining time, and a free-text metrics field."""
+    """A progress bar with counts, elapsed and remaining time, and a free-text metrics field."""
     return Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),

@@ -104,6 +104,8 @@ def generation_config(
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=eos_id(tokenizer),
         bos_token_id=None,
+        return_dict_in_generate=True,
+        output_logits=True,  # raw logits, before any processor: the log-probs we store
     )
 
 
@@ -160,8 +162,6 @@ def rollout(
             input_ids=ids.to(device),
             attention_mask=attention.to(device),
             generation_config=config,
-            return_dict_in_generate=True,
-            output_logits=True,
         )
         new_tokens = out.sequences[:, ids.shape[1] :].cpu()
         logits = torch.stack(out.logits, dim=1).float().cpu()  # raw logits, before any processor

@@ -26,6 +26,22 @@ def cell_words(cell: Cell) -> str:
     return f"{cell[0]} {cell[1]}"
 
 
+def offset_words(src: Cell, dst: Cell) -> str:
+    """Where `dst` lies from `src` in action words, e.g. "up 1 left 2" ("here" if they coincide).
+
+    Stating the goal *relative* to the agent is what lets a ~1M-parameter model learn the task in
+    a minute: it can copy a direction word instead of learning to compare coordinates, which kept
+    a prototype at the uniform-action plateau (DESIGN.md section 4).
+    """
+    (r, c), (gr, gc) = src, dst
+    parts = []
+    if gr != r:
+        parts.append(f"{'up' if gr < r else 'down'} {abs(gr - r)}")
+    if gc != c:
+        parts.append(f"{'left' if gc < c else 'right'} {abs(gc - c)}")
+    return " ".join(parts) or "here"
+
+
 @dataclass(frozen=True)
 class Grid:
     size: int

@@ -13,7 +13,7 @@ import math
 import random
 
 from tasks.base import Env, Outcome
-from tasks.grid import ACTIONS, Cell, Grid, bfs_distances, cell_words
+from tasks.grid import ACTIONS, Cell, Grid, bfs_distances, cell_words, offset_words
 
 _MAX_ATTEMPTS = 10_000
 
@@ -78,7 +78,8 @@ class GridNav(Env):
 
     def _observe(self) -> str:
         blocked = " ".join(self.grid.blocked(self.pos)) or "none"
-        return f"pos {cell_words(self.pos)} goal {cell_words(self.goal)} blocked {blocked}"
+        goal = offset_words(self.pos, self.goal)
+        return f"pos {cell_words(self.pos)} goal {goal} blocked {blocked}"
 
     def _apply(self, action: str) -> Outcome:
         nxt = self.grid.move(self.pos, action)
@@ -103,4 +104,4 @@ class GridNav(Env):
 
     def _observation_words(self) -> set[str]:
         numbers = {str(i) for i in range(self.size)}
-        return numbers | {"pos", "goal", "blocked", "none", "wall", "."} | set(ACTIONS)
+        return numbers | {"pos", "goal", "here", "blocked", "none", "wall", "."} | set(ACTIONS)

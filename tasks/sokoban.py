@@ -16,7 +16,7 @@ import random
 from collections import deque
 
 from tasks.base import Env, Outcome
-from tasks.grid import ACTIONS, Cell, Grid, cell_words, shift
+from tasks.grid import ACTIONS, Cell, Grid, cell_words, offset_words, shift
 
 State = tuple[Cell, Cell]  # (player, box)
 
@@ -103,7 +103,8 @@ class Sokoban(Env):
         player, box = self.state
         blocked = [a for a in ACTIONS if push_move(self.grid, self.state, a) == self.state]
         return (
-            f"pos {cell_words(player)} box {cell_words(box)} target {cell_words(self.target)} "
+            f"pos {cell_words(player)} box {offset_words(player, box)} "
+            f"target {offset_words(box, self.target)} "
             f"blocked {' '.join(blocked) or 'none'}"
         )
 
@@ -135,6 +136,6 @@ class Sokoban(Env):
         return float(self._dist.get(self.state, math.inf))
 
     def _observation_words(self) -> set[str]:
-        numbers = {str(i) for i in range(1, self.size - 1)}  # things stand inside the border
-        words = {"pos", "box", "target", "blocked", "none", "wall", "deadlock", "."}
+        numbers = {str(i) for i in range(0, self.size - 1)}  # coordinates and offsets
+        words = {"pos", "box", "target", "here", "blocked", "none", "wall", "deadlock", "."}
         return numbers | words | set(ACTIONS)

@@ -1,0 +1,189 @@
+"""The run configuration: four dataclasses whose field names follow TRL's `GRPOConfig`.
+
+`train.py` parses its command line from these with `trl.TrlParser` (transformers'
+`HfArgumentParser` plus `--config FILE.yaml`), so every field is a flag: `learning_rate` is
+`--learning_rate` or `--learning-rate`, and the `help` of each field is its documentation.
+Where minirl has a concept TRL also has, it uses TRL's name and meaning (`num_generations`, `beta`,
+`epsilon`, `loss_type`, `scale_rewards`, ...); the budget and task fields are minirl's own.
+`validate` turns bad combinations into one-line `ConfigError`s that name the flag.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Literal
+
+from transformers.hf_argparser import HfArg
+
+import tasks
+
+
+class ConfigError(ValueError):
+    """A bad configuration value; the CLI prints it as one line and exits non-zero."""
+
+
+@dataclass
+class ModelArgs:
+    """Which base model, how it is quantized, and the LoRA adapters trained on top."""
+
+    model: str = HfArg(
+        default="tiny",
+        help="Base model: 'tiny' (built locally on first use), a local checkpoint directory, "
+        "or a hub id such as Qwen/Qwen2.5-0.5B-Instruct.",
+    )
+    quant: Literal["nf4", "none"] = HfArg(
+        default="nf4", help="Base weights: 'nf4' = 4-bit NF4 via bitsandbytes; 'none' = fp32."
+    )
+    lora_r: int = HfArg(default=16, help="LoRA rank (TRL ModelConfig.lora_r).")
+    lora_alpha: int = HfArg(default=32, help="LoRA scaling alpha (TRL ModelConfig.lora_alpha).")
+    lora_dropout: float = HfArg(default=0.0, help="LoRA dropout (TRL ModelConfig.lora_dropout).")
+
+
+@dataclass
+class GRPOArgs:
+    """The optimisation: TRL GRPOConfig names and meanings."""
+
+    num_generations: int = HfArg(
+        default=8, help="G: episodes per task instance; advantages are normalised within a group."
+    )
+    learning_rate: float = HfArg(default=1e-3, help="AdamW learning rate of the LoRA parameters.")
+    beta: float = HfArg(
+        default=0.0,
+        help="Weight of the k3 KL penalty to the reference (the base with adapters disabled). "
+        "0 disables it and skips the reference forward pass, as in TRL.",
+    )
+    epsilon: float = HfArg(
+        default=0.2, help="Lower clip range: ratios below 1-epsilon are clipped."
+    )
+    epsilon_high: float | None = HfArg(
+        default=None, help="Upper clip range (DAPO's clip-higher); defaults to epsilon."
+    )
+    num_iterations: int = HfArg(
+        default=1, help="PPO epochs over each batch of rollouts (TRL's mu)."
+    )
+    loss_type: Literal["grpo", "bnpo", "dapo", "dr_grpo"] = HfArg(
+        default="dapo",
+        help="Loss normalisation (see minirl.grpo): grpo = per-episode mean then mean; "
+        "dapo = mean over all tokens of the batch; dr_grpo = sum / (B * max tokens).",
+    )
+    scale_rewards: Literal["group", "batch", "none"] = HfArg(
+        default="group", help="Divide centred rewards by the group std, the batch std, or nothing."
+    )
+    temperature: float = HfArg(default=1.0, help="Sampling temperature of rollouts.")
+    max_grad_norm: float = HfArg(default=1.0, help="Gradient clipping norm.")
+    max_steps: int = HfArg(default=120, aliases=["--steps"], help="Optimizer steps to train.")
+    seed: int = HfArg(default=0, help="Seed for task sampling, budgets and generation.")
+    output_dir: str = HfArg(
+        default="", help="Run directory (metrics, checkpoints); default runs/<mode>-<task>."
+    )
+    overwrite_output_dir: bool = HfArg(
+        default=False, help="Start afresh even if output_dir holds a checkpoint."
+    )
+    resume: bool = HfArg(default=False, help="Continue from the last checkpoint in output_dir.")
+    logging_steps: int = HfArg(default=1, help="Print a metrics line every this many steps.")
+    save_steps: int = HfArg(default=20, help="Checkpoint every this many steps (and at the end).")
+    eval_seeds: int = HfArg(
+        default=200, help="Held-out task instances for the before/after evaluation (0 = skip)."
+    )
+
+
+@dataclass
+class BudgetArgs:
+    """The interaction budget T: fixed, or mixed across groups (BudgetMix)."""
+
+    mode: Literal["fixed", "budgetmix"] = HfArg(
+        default="budgetmix",
+        help="'fixed': every group gets T=budget. 'budgetmix': each group draws one T from "
+        "[budget_min, budget_max], shared by its G episodes.",
+    )
+    budget: int = HfArg(default=8, help="T for --mode fixed (turns per episode).")
+    budget_min: int = HfArg(default=4, help="Smallest T of the BudgetMix range.")
+    budget_max: int = HfArg(default=12, help="Largest T of the BudgetMix range.")
+    budget_distribution: Literal["uniform", "long", "short"] = HfArg(
+        default="uniform", help="How BudgetMix draws T: uniform, P(T)~T (long) or P(T)~1/T (short)."
+    )
+    budget_visible: bool = HfArg(default=True, help="Show 'turns left: k' in every observation.")
+
+
+@dataclass
+class TaskArgs:
+    """What the agent plays and how it is rewarded."""
+
+    task: Literal["gridnav", "icy", "sokoban", "guess"] = HfArg(
+        default="gridnav", help="Environment (see tasks/)."
+    )
+    tasks_per_step: int = HfArg(
+        default=8,
+        help="Task instances (groups) per step; a step plays tasks_per_step * G episodes.",
+    )
+    max_new_tokens: int = HfArg(default=4, help="Token limit of one assistant reply (per turn).")
+    reward_mode: Literal["outcome", "process"] = HfArg(
+        default="outcome",
+        help="'outcome': reward 1 for success, one advantage per episode. 'process': adds "
+        "per-turn oracle progress with turn-level credit (minirl.grpo.turn_advantages).",
+    )
+    invalid_penalty: float = HfArg(
+        default=0.0, help="Subtracted from the episode reward per invalid action (format penalty)."
+    )
+
+
+@dataclass
+class Config:
+    """All of a run's settings, grouped as on the command line."""
+
+    model: ModelArgs = dataclasses.field(default_factory=ModelArgs)
+    grpo: GRPOArgs = dataclasses.field(default_factory=GRPOArgs)
+    budget: BudgetArgs = dataclasses.field(default_factory=BudgetArgs)
+    task: TaskArgs = dataclasses.field(default_factory=TaskArgs)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Config:
+        return cls(
+            ModelArgs(**data["model"]),
+            GRPOArgs(**data["grpo"]),
+            BudgetArgs(**data["budget"]),
+            TaskArgs(**data["task"]),
+        )
+
+    @property
+    def output_dir(self) -> str:
+        return self.grpo.output_dir or f"runs/{self.budget.mode}-{self.task.task}"
+
+    def eval_budgets(self) -> list[int]:
+        """The three budgets every evaluation reports: tight, middle and generous."""
+        lo, hi = self.budget.budget_min, self.budget.budget_max
+        return sorted({lo, (lo + hi) // 2, hi})
+
+
+def validate(cfg: Config) -> None:
+    """Reject settings that would fail later or silently do the wrong thing."""
+    g, b, t = cfg.grpo, cfg.budget, cfg.task
+
+    def need(ok: bool, message: str) -> None:
+        if not ok:
+            raise ConfigError(message)
+
+    need(t.task in tasks.NAMES, f"--task {t.task!r}: valid tasks are {', '.join(tasks.NAMES)}")
+    need(b.budget >= 1, f"--budget must be >= 1, got {b.budget}")
+    need(b.budget_min >= 1, f"--budget_min must be >= 1, got {b.budget_min}")
+    need(
+        b.budget_min <= b.budget_max,
+        f"--budget_min ({b.budget_min}) must be <= --budget_max ({b.budget_max})",
+    )
+    need(g.num_generations >= 2, f"--num_generations must be >= 2, got {g.num_generations}")
+    need(g.num_iterations >= 1, f"--num_iterations must be >= 1, got {g.num_iterations}")
+    need(g.learning_rate > 0, f"--learning_rate must be > 0, got {g.learning_rate}")
+    need(g.temperature > 0, f"--temperature must be > 0 for training, got {g.temperature}")
+    need(g.epsilon >= 0, f"--epsilon must be >= 0, got {g.epsilon}")
+    need(g.beta >= 0, f"--beta must be >= 0, got {g.beta}")
+    need(g.max_steps >= 1, f"--max_steps must be >= 1, got {g.max_steps}")
+    need(g.save_steps >= 1, f"--save_steps must be >= 1, got {g.save_steps}")
+    need(g.logging_steps >= 1, f"--logging_steps must be >= 1, got {g.logging_steps}")
+    need(t.tasks_per_step >= 1, f"--tasks_per_step must be >= 1, got {t.tasks_per_step}")
+    need(t.max_new_tokens >= 1, f"--max_new_tokens must be >= 1, got {t.max_new_tokens}")
+    need(g.eval_seeds >= 0, f"--eval_seeds must be >= 0, got {g.eval_seeds}")
+    need(not (g.resume and g.overwrite_output_dir), "--resume and --overwrite_output_dir conflict")

@@ -1,0 +1,374 @@
+"""The training loop: sample task instances and budgets, roll out groups, update the LoRA adapter.
+
+One step of multi-turn GRPO:
+
+1. draw `tasks_per_step` training instances and one turn budget T per instance
+   (minirl.budgets: `fixed` or `budgetmix`);
+2. play G = `num_generations` episodes of each instance at its T, all in one batched rollout;
+3. score them: R_i = success - invalid_penalty * #invalid (outcome), plus per-turn oracle
+   progress in `process` mode; turn the scores into group-normalised advantages (minirl.grpo);
+4. recompute the log-probs of the sampled tokens with gradients and minimise the clipped
+   surrogate for `num_iterations` epochs; only the LoRA parameters move.
+
+Before the first step and after the last, the policy is evaluated on held-out instances at a
+tight, a middle and a generous budget (minirl.evaluation), so every run reports base vs trained.
+Every step appends one line to OUTPUT/metrics.jsonl; checkpoints (minirl.checkpoint) make
+`--resume` continue a killed run with the same numbers it would have produced uninterrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from peft import PeftModel
+from transformers import PreTrainedTokenizerBase
+
+import tasks
+from minirl import grpo
+from minirl.budgets import sample_budgets
+from minirl.checkpoint import (
+    CheckpointError,
+    TrainerState,
+    checkpoints,
+    load_checkpoint,
+    restore_rng,
+    save_checkpoint,
+)
+from minirl.config import Config, ConfigError, validate
+from minirl.evaluation import as_json, evaluate_success
+from minirl.models import load_policy, reference_policy, trainable_parameters
+from minirl.progress import make_progress
+from minirl.rollout import Episode, EpisodeSpec, progress_rewards, rollout
+
+# Flags that may differ between a run and its resumption without changing its results.
+RESUMABLE_CHANGES = {"max_steps", "resume", "overwrite_output_dir", "logging_steps", "save_steps"}
+
+
+@dataclass
+class Batch:
+    """Episodes as right-padded tensors, ready for the loss."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    loss_mask: torch.Tensor
+    old_logps: torch.Tensor
+    turn_index: torch.Tensor
+
+
+@dataclass
+class TrainResult:
+    """What a finished run hands back (also written to OUTPUT/summary.json)."""
+
+    output_dir: Path
+    steps: int
+    metrics: list[dict] = field(default_factory=list)
+    summary: dict = field(default_factory=dict)
+
+
+def to_batch(episodes: list[Episode], pad_id: int, device: torch.device) -> Batch:
+    width = max(len(e.input_ids) for e in episodes)
+
+    def pad(rows: list[list], value, dtype) -> torch.Tensor:
+        out = torch.full((len(rows), width), value, dtype=dtype)
+        for i, row in enumerate(rows):
+            out[i, : len(row)] = torch.tensor(row, dtype=dtype)
+        return out.to(device)
+
+    return Batch(
+        input_ids=pad([e.input_ids for e in episodes], pad_id, torch.long),
+        attention_mask=pad([[1] * len(e.input_ids) for e in episodes], 0, torch.long),
+        loss_mask=pad([e.loss_mask for e in episodes], 0, torch.float32),
+        old_logps=pad([e.logprobs for e in episodes], 0.0, torch.float32),
+        turn_index=pad([e.turn_index for e in episodes], -1, torch.long),
+    )
+
+
+def episode_rewards(episodes: list[Episode], invalid_penalty: float) -> list[float]:
+    """The outcome reward: 1 for success, minus a penalty per invalid action."""
+    return [
+        float(e.success) - invalid_penalty * sum(not t.valid for t in e.turns) for e in episodes
+    ]
+
+
+def token_advantages(
+    episodes: list[Episode], batch: Batch, cfg: Config
+) -> tuple[torch.Tensor, float]:
+    """Advantages on every token, and the fraction of groups whose rewards all tie."""
+    g = cfg.grpo.num_generations
+    rewards = episode_rewards(episodes, cfg.task.invalid_penalty)
+    adv, zero_std = grpo.group_advantages(torch.tensor(rewards), g, cfg.grpo.scale_rewards)
+    if cfg.task.reward_mode == "outcome":
+        return grpo.trajectory_token_advantages(adv, batch.loss_mask), zero_std
+    per_turn = grpo.turn_advantages(
+        [progress_rewards(e) for e in episodes], rewards, g, cfg.grpo.scale_rewards
+    )
+    return grpo.turn_token_advantages(per_turn, batch.turn_index.cpu()).to(
+        batch.loss_mask
+    ), zero_std
+
+
+def masked_entropy(logits: torch.Tensor, mask: torch.Tensor, temperature: float) -> float:
+    """Mean entropy of the sampling distribution at the assistant tokens (collapse detector)."""
+    with torch.no_grad():
+        logp = torch.log_softmax(logits[:, :-1].float() / temperature, dim=-1)
+        ent = -(logp.exp() * logp).sum(-1)
+        m = mask[:, 1:]
+        return float((ent * m).sum() / m.sum().clamp(min=1))
+
+
+def rollout_stats(episodes: list[Episode]) -> dict[str, float]:
+    turns = [t for e in episodes for t in e.turns]
+    n_turns = max(1, len(turns))
+    return {
+        "success": sum(e.success for e in episodes) / len(episodes),
+        "turns": sum(e.turns_used for e in episodes) / len(episodes),
+        "budget": sum(e.budget for e in episodes) / len(episodes),
+        "invalid_rate": sum(not t.valid for t in turns) / n_turns,
+        "mistake_rate": sum(t.mistake for t in turns) / n_turns,
+        "optimal_rate": sum(t.optimal for t in turns) / n_turns,
+    }
+
+
+def train_step(
+    model: PeftModel,
+    tokenizer: PreTrainedTokenizerBase,
+    optimizer: torch.optim.Optimizer,
+    cfg: Config,
+    rng: random.Random,
+    step: int,
+) -> dict:
+    """One GRPO step; returns its metrics."""
+    g, b, t = cfg.grpo, cfg.budget, cfg.task
+    start = time.perf_counter()
+    seeds = [rng.choice(tasks.TRAIN_SEEDS) for _ in range(t.tasks_per_step)]
+    budgets = sample_budgets(
+        t.tasks_per_step,
+        mode=b.mode,
+        budget=b.budget,
+        budget_min=b.budget_min,
+        budget_max=b.budget_max,
+        distribution=b.budget_distribution,
+        rng=rng,
+    )
+    specs = [
+        EpisodeSpec(t.task, seed, budget, group)
+        for group, (seed, budget) in enumerate(zip(seeds, budgets, strict=True))
+        for _ in range(g.num_generations)
+    ]
+    episodes = rollout(
+        model,
+        tokenizer,
+        specs,
+        max_new_tokens=t.max_new_tokens,
+        temperature=g.temperature,
+        budget_visible=b.budget_visible,
+    )
+    rollout_seconds = time.perf_counter() - start
+
+    device = next(model.parameters()).device
+    batch = to_batch(episodes, tokenizer.pad_token_id, device)
+    advantages, zero_std = token_advantages(episodes, batch, cfg)
+    ref_logps = None
+    if g.beta > 0:
+        with torch.no_grad(), reference_policy(model):
+            ref_logps = grpo.sequence_logps(
+                model, batch.input_ids, batch.attention_mask, g.temperature
+            )
+    model.train()
+    losses, stats, entropy, grad_norm, skipped = [], {}, 0.0, 0.0, 0
+    for _ in range(g.num_iterations):
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+        logps = grpo.token_logps(logits, batch.input_ids, g.temperature)
+        entropy = masked_entropy(logits, batch.loss_mask, g.temperature)
+        loss, stats = grpo.policy_loss(
+            logps,
+            batch.old_logps,
+            advantages,
+            batch.loss_mask,
+            epsilon=g.epsilon,
+            epsilon_high=g.epsilon_high,
+            beta=g.beta,
+            ref_logps=ref_logps,
+            loss_type=g.loss_type,
+            max_completion_length=t.max_new_tokens * max(b.budget, b.budget_max),
+        )
+        optimizer.zero_grad(set_to_none=True)
+        if not torch.isfinite(loss):
+            warnings.warn(
+                f"step {step}: non-finite loss ({loss.item()}); update skipped", stacklevel=1
+            )
+            skipped += 1
+            continue
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(trainable_parameters(model), g.max_grad_norm)
+        if not torch.isfinite(norm):
+            warnings.warn(f"step {step}: non-finite gradient; update skipped", stacklevel=1)
+            optimizer.zero_grad(set_to_none=True)
+            skipped += 1
+            continue
+        optimizer.step()
+        losses.append(loss.item())
+        grad_norm = float(norm)
+    model.eval()
+
+    rewards = episode_rewards(episodes, t.invalid_penalty)
+    return {
+        "step": step + 1,
+        "reward": sum(rewards) / len(rewards),
+        **rollout_stats(episodes),
+        "loss": sum(losses) / len(losses) if losses else float("nan"),
+        "kl": stats.get("kl", 0.0),
+        "clip_ratio": stats.get("clip_ratio", 0.0),
+        "entropy": entropy,
+        "grad_norm": grad_norm,
+        "zero_std_frac": zero_std,
+        "skipped_updates": skipped,
+        "rollout_seconds": rollout_seconds,
+        "seconds": time.perf_counter() - start,
+    }
+
+
+def evaluate(model: PeftModel, tokenizer: PreTrainedTokenizerBase, cfg: Config) -> dict:
+    results = evaluate_success(
+        model,
+        tokenizer,
+        cfg.task.task,
+        cfg.eval_budgets(),
+        cfg.grpo.eval_seeds,
+        max_new_tokens=cfg.task.max_new_tokens,
+        temperature=cfg.grpo.temperature,
+        budget_visible=cfg.budget.budget_visible,
+    )
+    return as_json(results)
+
+
+def _check_resume_config(saved: dict, cfg: Config) -> None:
+    now = cfg.to_dict()
+    diffs = [
+        f"--{key}"
+        for section in now
+        for key in now[section]
+        if key not in RESUMABLE_CHANGES and saved[section].get(key) != now[section][key]
+    ]
+    if diffs:
+        raise ConfigError(
+            f"--resume: the checkpoint was made with different {', '.join(diffs)}; "
+            "resume with the original flags or use a new --output_dir"
+        )
+
+
+def _metric_line(m: dict) -> str:
+    return (
+        f"R {m['reward']:.2f} succ {m['success']:.2f} turns {m['turns']:.1f} "
+        f"inval {m['invalid_rate']:.2f} kl {m['kl']:.3f} ent {m['entropy']:.2f} "
+        f"{m['seconds']:.1f}s/step"
+    )
+
+
+def train(cfg: Config, progress: bool = True) -> TrainResult:
+    """Run (or resume) a training run described by `cfg`; see the module docstring."""
+    validate(cfg)
+    out = Path(cfg.output_dir)
+    existing = checkpoints(out)
+    if cfg.grpo.resume and not existing:
+        raise CheckpointError(f"--resume: no checkpoint found in {out}")
+    if existing and not cfg.grpo.resume and not cfg.grpo.overwrite_output_dir:
+        raise ConfigError(
+            f"{out} already holds {existing[-1].name}; pass --resume to continue it, "
+            "--overwrite_output_dir to start afresh, or a new --output_dir"
+        )
+    torch.manual_seed(cfg.grpo.seed)
+    rng = random.Random(cfg.grpo.seed)
+    model, tokenizer = load_policy(
+        cfg.model.model,
+        cfg.model.quant,
+        cfg.model.lora_r,
+        cfg.model.lora_alpha,
+        cfg.model.lora_dropout,
+        task=cfg.task.task,
+    )
+    optimizer = torch.optim.AdamW(
+        trainable_parameters(model), lr=cfg.grpo.learning_rate, weight_decay=0.0
+    )
+    metrics_path = out / "metrics.jsonl"
+    start_step, summary = 0, {}
+    if cfg.grpo.resume:
+        state = load_checkpoint(existing[-1], model)
+        _check_resume_config(state.config, cfg)
+        optimizer.load_state_dict(state.optimizer)
+        restore_rng(state, rng)
+        start_step, summary = state.step, state.summary
+        # Steps logged after the checkpoint by the killed run are replayed, so drop them.
+        kept = (
+            [
+                line
+                for line in metrics_path.read_text().splitlines()
+                if line and json.loads(line)["step"] <= start_step
+            ]
+            if metrics_path.exists()
+            else []
+        )
+        metrics_path.write_text("".join(line + "\n" for line in kept))
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+        metrics_path.write_text("")
+        for old in existing:  # --overwrite_output_dir
+            import shutil
+
+            shutil.rmtree(old)
+        summary = {"config": cfg.to_dict()}
+        if cfg.grpo.eval_seeds:
+            summary["base"] = evaluate(model, tokenizer, cfg)
+
+    history: list[dict] = []
+    steps = range(start_step, cfg.grpo.max_steps)
+    with make_progress() if progress else _NullProgress() as bar:
+        task_id = bar.add_task("train", total=cfg.grpo.max_steps, completed=start_step, metrics="")
+        for step in steps:
+            m = train_step(model, tokenizer, optimizer, cfg, rng, step)
+            history.append(m)
+            with metrics_path.open("a") as f:
+                f.write(json.dumps(m) + "\n")
+            bar.update(task_id, advance=1, metrics=_metric_line(m))
+            done = step + 1 == cfg.grpo.max_steps
+            if (step + 1) % cfg.grpo.save_steps == 0 or done:
+                state = TrainerState(
+                    step=step + 1,
+                    optimizer=optimizer.state_dict(),
+                    torch_rng=torch.get_rng_state(),
+                    python_rng=rng.getstate(),
+                    config=cfg.to_dict(),
+                    summary=summary,
+                )
+                save_checkpoint(out, model, state)
+    if cfg.grpo.eval_seeds and "trained" not in summary:
+        summary["trained"] = evaluate(model, tokenizer, cfg)
+    summary["steps"] = cfg.grpo.max_steps
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    return TrainResult(out, cfg.grpo.max_steps, history, summary)
+
+
+class _NullProgress:
+    """Stands in for a rich Progress when bars are off (tests, --no-progress)."""
+
+    def __enter__(self) -> _NullProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def add_task(self, *args: object, **kwargs: object) -> int:
+        return 0
+
+    def update(self, *args: object, **kwargs: object) -> None:
+        return None
+
+
+_ = math  # math is used by type-checkers in docstrings only

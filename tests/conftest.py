@@ -1,0 +1,49 @@
+"""Shared fixtures: a quickly built tiny model for mechanics tests, and CPU-friendly settings."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+# A barely trained tiny base builds in seconds; tests of masks, log-probs and batching need real
+# weights and a real tokenizer, not a good policy.
+QUICK_STEPS = 4
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _threads() -> None:
+    torch.set_num_threads(min(2, os.cpu_count() or 1))
+
+
+@pytest.fixture(scope="session")
+def quick_tiny_path(tmp_path_factory: pytest.TempPathFactory) -> str:
+    from minirl.tiny import TinyRecipe, ensure_tiny
+
+    cache = tmp_path_factory.mktemp("cache")
+    old = os.environ.get("MINIRL_CACHE")
+    os.environ["MINIRL_CACHE"] = str(cache)
+    try:
+        report = ensure_tiny(TinyRecipe(max_steps=QUICK_STEPS), progress=False)
+    finally:
+        if old is None:
+            del os.environ["MINIRL_CACHE"]
+        else:
+            os.environ["MINIRL_CACHE"] = old
+    return str(report.path)
+
+
+@pytest.fixture(scope="session")
+def quick_policy(quick_tiny_path: str):
+    """(peft model, tokenizer) on the quick tiny base, 4-bit NF4 + LoRA, as training uses it."""
+    from minirl.models import load_policy
+
+    return load_policy(quick_tiny_path, quant="nf4")
+
+
+@pytest.fixture(scope="session")
+def quick_policy_fp32(quick_tiny_path: str):
+    from minirl.models import load_policy
+
+    return load_policy(quick_tiny_path, quant="none")
