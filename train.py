@@ -13,24 +13,58 @@ from __future__ import annotations
 
 import sys
 
-from trl import TrlParser  # after minirl, which quiets a bitsandbytes import-time warning
+import yaml
+from trl import TrlParser
 
-from minirl.checkpoint import CheckpointError
-from minirl.config import BudgetArgs, Config, ConfigError, GRPOArgs, ModelArgs, TaskArgs
-from minirl.models import ModelLoadError
+# Only the light modules load before parsing: torch, peft and bitsandbytes take seconds to import,
+# and --help or a bad flag should answer at once.
+from minirl.config import BudgetArgs, Config, ConfigError, GRPOArgs, ModelArgs, TaskArgs, validate
 
 
-def parse(argv: list[str] | None = None) -> Config:
+def build_parser() -> TrlParser:
     parser = TrlParser(
         (ModelArgs, GRPOArgs, BudgetArgs, TaskArgs), description=__doc__.split("\n")[0]
     )
-    model, grpo, budget, task = parser.parse_args_and_config(argv)
+    # TrlParser takes `--config FILE` out of the arguments before argparse sees them; declaring it
+    # here only puts it in --help.
+    parser.add_argument(
+        "--config",
+        metavar="FILE.yaml",
+        help="YAML mapping of flag names to values (e.g. 'budget_min: 2'); it replaces the "
+        "defaults, and flags on the command line override it.",
+    )
+    return parser
+
+
+def parse(argv: list[str] | None = None) -> Config:
+    """The Config for `argv` (default sys.argv[1:]); bad flags exit with status 2 and one line."""
+    parser = build_parser()
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[-1] == "--config":
+        parser.error("argument --config: expected one argument")
+    try:
+        parsed = parser.parse_args_and_config(args)
+    except OSError as err:  # a --config file that cannot be read
+        parser.error(f"argument --config: {err.strerror}: {err.filename}")
+    except yaml.YAMLError as err:
+        parser.error(f"argument --config: not valid YAML ({str(err).splitlines()[0]})")
+    except ValueError as err:  # unknown flags, on the command line or as YAML keys
+        parser.error(str(err).splitlines()[0])
+    # A fifth item, the namespace holding only the (already consumed) --config, is dropped.
+    model, grpo, budget, task = parsed[:4]
     return Config(model, grpo, budget, task)
 
 
 def main(argv: list[str] | None = None) -> int:
     cfg = parse(argv)
-    from minirl.trainer import train  # heavy imports after --help and flag errors
+    try:
+        validate(cfg)  # before the heavy imports, so a bad value fails fast
+    except ConfigError as err:
+        print(f"train.py: error: {err}", file=sys.stderr)
+        return 2
+    from minirl.checkpoint import CheckpointError
+    from minirl.models import ModelLoadError
+    from minirl.trainer import train
 
     try:
         result = train(cfg)

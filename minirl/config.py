@@ -11,6 +11,7 @@ Where minirl has a concept TRL also has, it uses TRL's name and meaning (`num_ge
 from __future__ import annotations
 
 import dataclasses
+import typing
 from dataclasses import dataclass
 from typing import Literal
 
@@ -81,7 +82,9 @@ class GRPOArgs:
         default=False, help="Start afresh even if output_dir holds a checkpoint."
     )
     resume: bool = HfArg(default=False, help="Continue from the last checkpoint in output_dir.")
-    logging_steps: int = HfArg(default=1, help="Print a metrics line every this many steps.")
+    logging_steps: int = HfArg(
+        default=10, help="Print a metrics line every this many steps (metrics.jsonl gets all)."
+    )
     save_steps: int = HfArg(default=20, help="Checkpoint every this many steps (and at the end).")
     eval_seeds: int = HfArg(
         default=200, help="Held-out task instances for the before/after evaluation (0 = skip)."
@@ -167,6 +170,20 @@ def validate(cfg: Config) -> None:
         if not ok:
             raise ConfigError(message)
 
+    # argparse checks choices on the command line, but not values that come from --config YAML.
+    for section in (cfg.model, g, b, t):
+        hints = typing.get_type_hints(type(section))
+        for f in dataclasses.fields(section):
+            choices = (
+                typing.get_args(hints[f.name])
+                if typing.get_origin(hints[f.name]) is Literal
+                else ()
+            )
+            value = getattr(section, f.name)
+            need(
+                not choices or value in choices,
+                f"--{f.name} {value!r}: valid choices are {', '.join(map(str, choices))}",
+            )
     need(t.task in tasks.NAMES, f"--task {t.task!r}: valid tasks are {', '.join(tasks.NAMES)}")
     need(b.budget >= 1, f"--budget must be >= 1, got {b.budget}")
     need(b.budget_min >= 1, f"--budget_min must be >= 1, got {b.budget_min}")

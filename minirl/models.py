@@ -145,16 +145,16 @@ def load_policy(
     path = resolve_model_path(name, task)
     tokenizer = load_tokenizer(path)
     base = load_base(path, quant, device)
-    if quant == "nf4":
-        # Gradient checkpointing trades compute for memory; small models don't need it.
-        with warnings.catch_warnings():  # peft still calls a deprecated transformers property
-            warnings.simplefilter("ignore", FutureWarning)
+    with warnings.catch_warnings():  # peft still reads a deprecated transformers property
+        warnings.simplefilter("ignore", FutureWarning)
+        if quant == "nf4":
+            # Gradient checkpointing trades compute for memory; small models don't need it.
             base = prepare_model_for_kbit_training(base, use_gradient_checkpointing=False)
-    base.config.use_cache = True
-    if adapter is not None:
-        model = PeftModel.from_pretrained(base, str(adapter), is_trainable=True)
-    else:
-        model = get_peft_model(base, lora_config(lora_r, lora_alpha, lora_dropout))
+        base.config.use_cache = True
+        if adapter is not None:
+            model = PeftModel.from_pretrained(base, str(adapter), is_trainable=True)
+        else:
+            model = get_peft_model(base, lora_config(lora_r, lora_alpha, lora_dropout))
     return model, tokenizer
 
 

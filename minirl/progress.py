@@ -1,8 +1,8 @@
 """Terminal progress for long work: a rich progress bar that can also show live metrics.
 
 Training and evaluation loops wrap their iterables in `track`, and the trainer updates the bar's
-metric line every step. When output is not a terminal (CI, a log file), rich falls back to plain
-lines, so long jobs still show signs of life.
+metric line every step. When output is not a terminal (CI, a log file) rich draws no live bar, so
+the trainer also prints a plain metrics line every `logging_steps`.
 """
 
 from __future__ import annotations

@@ -64,7 +64,7 @@ class TinyRecipe:
     """Attention heads per block."""
     intermediate_size: int = 384
     """MLP width (a multiple of 64)."""
-    epsilon: float = 0.4
+    epsilon: float = 0.5
     """Probability that a demonstrated turn is a uniformly random action, not the oracle's."""
     tasks: tuple[tuple[str, float], ...] = (("gridnav", 1.0),)
     """Task mixture of the demonstrations: (name, weight). `for_task` makes one per task."""

@@ -19,8 +19,8 @@ Every step appends one line to OUTPUT/metrics.jsonl; checkpoints (minirl.checkpo
 from __future__ import annotations
 
 import json
-import math
 import random
+import shutil
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -197,7 +197,9 @@ def train_step(
             beta=g.beta,
             ref_logps=ref_logps,
             loss_type=g.loss_type,
-            max_completion_length=t.max_new_tokens * max(b.budget, b.budget_max),
+            # dr_grpo's constant: the most assistant tokens any episode of this run can have.
+            max_completion_length=t.max_new_tokens
+            * (b.budget if b.mode == "fixed" else b.budget_max),
         )
         optimizer.zero_grad(set_to_none=True)
         if not torch.isfinite(loss):
@@ -320,8 +322,6 @@ def train(cfg: Config, progress: bool = True) -> TrainResult:
         out.mkdir(parents=True, exist_ok=True)
         metrics_path.write_text("")
         for old in existing:  # --overwrite_output_dir
-            import shutil
-
             shutil.rmtree(old)
         summary = {"config": cfg.to_dict()}
         if cfg.grpo.eval_seeds:
@@ -337,6 +337,9 @@ def train(cfg: Config, progress: bool = True) -> TrainResult:
             with metrics_path.open("a") as f:
                 f.write(json.dumps(m) + "\n")
             bar.update(task_id, advance=1, metrics=_metric_line(m))
+            if (step + 1) % cfg.grpo.logging_steps == 0:
+                # A plain line too: it survives in logs and CI, where no live bar is drawn.
+                bar.console.print(f"step {step + 1}/{cfg.grpo.max_steps} " + _metric_line(m))
             done = step + 1 == cfg.grpo.max_steps
             if (step + 1) % cfg.grpo.save_steps == 0 or done:
                 state = TrainerState(
@@ -370,5 +373,9 @@ class _NullProgress:
     def update(self, *args: object, **kwargs: object) -> None:
         return None
 
+    @property
+    def console(self) -> _NullProgress:
+        return self
 
-_ = math  # math is used by type-checkers in docstrings only
+    def print(self, *args: object, **kwargs: object) -> None:
+        return None
