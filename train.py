@@ -23,7 +23,10 @@ from minirl.config import BudgetArgs, Config, ConfigError, GRPOArgs, ModelArgs, 
 
 def build_parser() -> TrlParser:
     parser = TrlParser(
-        (ModelArgs, GRPOArgs, BudgetArgs, TaskArgs), description=__doc__.split("\n")[0]
+        (ModelArgs, GRPOArgs, BudgetArgs, TaskArgs),
+        description=__doc__.split("\n")[0],
+        # A typo that happens to be a prefix (--learning_rat, --eval) must not silently set a flag.
+        allow_abbrev=False,
     )
     # TrlParser takes `--config FILE` out of the arguments before argparse sees them; declaring it
     # here only puts it in --help.

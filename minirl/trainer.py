@@ -251,6 +251,24 @@ def evaluate(model: PeftModel, tokenizer: PreTrainedTokenizerBase, cfg: Config) 
     return as_json(results)
 
 
+def metrics_up_to(path: Path, step: int) -> list[str]:
+    """The metrics lines of steps <= `step`.
+
+    A killed run may have logged steps after its last checkpoint (they will be replayed, so they
+    go), and may have died mid-line (a line that does not parse goes too).
+    """
+    if not path.exists():
+        return []
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            if json.loads(line)["step"] <= step:
+                kept.append(line)
+        except (json.JSONDecodeError, KeyError, TypeError):
+            continue
+    return kept
+
+
 def _check_resume_config(saved: dict, cfg: Config) -> None:
     now = cfg.to_dict()
     diffs = [
@@ -307,16 +325,7 @@ def train(cfg: Config, progress: bool = True) -> TrainResult:
         optimizer.load_state_dict(state.optimizer)
         restore_rng(state, rng)
         start_step, summary = state.step, state.summary
-        # Steps logged after the checkpoint by the killed run are replayed, so drop them.
-        kept = (
-            [
-                line
-                for line in metrics_path.read_text().splitlines()
-                if line and json.loads(line)["step"] <= start_step
-            ]
-            if metrics_path.exists()
-            else []
-        )
+        kept = metrics_up_to(metrics_path, start_step)
         metrics_path.write_text("".join(line + "\n" for line in kept))
     else:
         out.mkdir(parents=True, exist_ok=True)
