@@ -73,7 +73,7 @@ class GRPOArgs:
     )
     temperature: float = HfArg(default=1.0, help="Sampling temperature of rollouts.")
     max_grad_norm: float = HfArg(default=1.0, help="Gradient clipping norm.")
-    max_steps: int = HfArg(default=120, aliases=["--steps"], help="Optimizer steps to train.")
+    max_steps: int = HfArg(default=60, aliases=["--steps"], help="Optimizer steps to train.")
     seed: int = HfArg(default=0, help="Seed for task sampling, budgets and generation.")
     output_dir: str = HfArg(
         default="", help="Run directory (metrics, checkpoints); default runs/<mode>-<task>."
