@@ -48,7 +48,14 @@ from minirl.progress import make_progress
 from minirl.rollout import Episode, EpisodeSpec, progress_rewards, rollout
 
 # Flags that may differ between a run and its resumption without changing its results.
-RESUMABLE_CHANGES = {"max_steps", "resume", "overwrite_output_dir", "logging_steps", "save_steps"}
+RESUMABLE_CHANGES = {
+    "max_steps",
+    "resume",
+    "overwrite_output_dir",
+    "output_dir",
+    "logging_steps",
+    "save_steps",
+}
 
 
 @dataclass
