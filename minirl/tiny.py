@@ -12,7 +12,9 @@ No model hub is reachable in many classrooms, so minirl makes its own small base
    The loss is next-token cross-entropy on the assistant tokens only, over whole multi-turn
    conversations laid out exactly as rollouts lay them out (minirl.chat), so every reply is a
    (history -> action) example. The result is imperfect but not hopeless, like an instruct model
-   meeting a new task, which leaves RL something to improve.
+   meeting a new task, which leaves RL something to improve. Measured held-out success at
+   T = 4 / 8 / 12 (200 seeds): gridnav 0.24 / 0.51 / 0.71, icy 0.10 / 0.18 / 0.33, guess
+   0.24 / 0.40 / 0.53; sokoban's warm start stays at the uniform plateau (0.01 / 0.00 / 0.03).
 
 The build is deterministic in its recipe. It is saved with `save_pretrained` under
 `<cache>/minirl/tiny-<hash of the recipe>`, so every later run loads it with
