@@ -38,19 +38,24 @@ def test_mask_decodes_to_exactly_the_replies(quick_policy, task: str) -> None:
     model, tok = quick_policy
     torch.manual_seed(0)
     episodes = rollout(model, tok, specs(6, 5, task), max_new_tokens=3)
+    checked = 0
     for ep in episodes:
         assert len(ep.input_ids) == len(ep.loss_mask) == len(ep.logprobs) == len(ep.turn_index)
         for k, turn in enumerate(ep.turns):
             ids = [i for i, t in zip(ep.input_ids, ep.turn_index, strict=True) if t == k]
             assert tok.decode(ids, skip_special_tokens=True) == turn.reply
-        masked = [i for i, m in zip(ep.input_ids, ep.loss_mask, strict=True) if m]
-        text = tok.decode(masked, skip_special_tokens=True)
-        for word in ("pos", "goal", "range", "turns", "user", "assistant", "system"):
-            assert word not in text.split()
-        # Everything unmasked is exactly the chat template around the replies.
-        expected = conversation_ids(tok, ep)
-        assert ep.input_ids == expected[: len(ep.input_ids)]
+        # The mask is exactly the sampled reply tokens, at most max_new_tokens per turn.
+        assert all((m == 1) == (t >= 0) for m, t in zip(ep.loss_mask, ep.turn_index, strict=True))
+        assert all(0 < ep.turn_index.count(k) <= 3 for k in range(ep.turns_used))
+        # Everything unmasked is exactly the chat template around the replies. (Re-rendering needs
+        # the reply text to round-trip, so replies with a sampled special token are skipped here.)
+        special = set(tok.all_special_ids) - {tok.eos_token_id}
+        if not special & {i for i, m in zip(ep.input_ids, ep.loss_mask, strict=True) if m}:
+            expected = conversation_ids(tok, ep)
+            assert ep.input_ids == expected[: len(ep.input_ids)]
+            checked += 1
         assert ep.turns_used <= ep.budget
+    assert checked >= 2
 
 
 @pytest.mark.parametrize("policy", ["quick_policy", "quick_policy_fp32"])
@@ -71,7 +76,10 @@ def test_pad_equal_to_eos_does_not_corrupt_running_episodes(quick_policy) -> Non
     tok_eos = copy.deepcopy(tok)
     tok_eos.pad_token = tok_eos.eos_token
     assert tok_eos.pad_token_id == tok_eos.eos_token_id
-    batch_specs = specs(16, 8)
+    # Different budgets make episodes stop at different turns while others keep running.
+    batch_specs = [
+        EpisodeSpec("gridnav", s, 2 + i % 7, i) for i, s in enumerate(tasks.TRAIN_SEEDS[:16])
+    ]
     # Greedy decoding is deterministic, so any effect of padding would change the tokens.
     alone = [rollout(model, tok, [s], temperature=0.0)[0] for s in batch_specs]
     together = rollout(model, tok_eos, batch_specs, temperature=0.0)
