@@ -92,14 +92,15 @@ def load_checkpoint(path: str | Path, model: PeftModel) -> TrainerState:
         weights = load_file(path / "adapter_model.safetensors")
         raw = torch.load(path / "trainer_state.pt", weights_only=True)
         meta = json.loads((path / "trainer_state.json").read_text())
-    except (OSError, RuntimeError, ValueError, json.JSONDecodeError, Exception) as err:
-        # safetensors and torch raise several exception types for truncated or garbled files.
+    except Exception as err:  # noqa: BLE001
+        # safetensors, torch and json raise many unrelated exception types for truncated or
+        # garbled files; any of them means the same thing here.
         reason = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise CheckpointError(f"checkpoint {path} is missing or corrupt: {reason}") from err
     result = set_peft_model_state_dict(model, weights)
-    missing = [k for k in getattr(result, "unexpected_keys", []) if "lora" in k]
-    if missing:
-        raise CheckpointError(f"checkpoint {path} does not match this model ({missing[0]} ...)")
+    unexpected = [k for k in getattr(result, "unexpected_keys", []) if "lora" in k]
+    if unexpected:
+        raise CheckpointError(f"checkpoint {path} does not match this model ({unexpected[0]} ...)")
     version, internal, gauss = raw["python_rng"]
     return TrainerState(
         step=int(raw["step"]),
