@@ -204,3 +204,84 @@ def validate(cfg: Config) -> None:
     need(t.max_new_tokens >= 1, f"--max_new_tokens must be >= 1, got {t.max_new_tokens}")
     need(g.eval_seeds >= 0, f"--eval_seeds must be >= 0, got {g.eval_seeds}")
     need(not (g.resume and g.overwrite_output_dir), "--resume and --overwrite_output_dir conflict")
+
+
+@dataclass
+class EvalArgs:
+    """evaluate.py: Pass@(K,T) and behaviour analyses of checkpoints on held-out instances."""
+
+    checkpoints: str = HfArg(
+        default="base",
+        help="Comma-separated list to compare: 'base' (the untrained base model), a run "
+        "directory (its newest checkpoint) or an adapter directory, each optionally named as "
+        "label=path. The first is the reference of the delta table.",
+    )
+    task: str = HfArg(default="gridnav", help="Environment (see tasks/).")
+    model: str = HfArg(default="tiny", help="Base model the adapters were trained on.")
+    quant: Literal["nf4", "none"] = HfArg(default="nf4", help="Base weights: 4-bit NF4 or fp32.")
+    k: str = HfArg(default="1,2,4,8", help="Sampling breadths K, e.g. '1,2,4,8'.")
+    t: str = HfArg(default="1-8", help="Turn budgets T: a list '2,4,8', a range '1-8', or both.")
+    n: int = HfArg(default=8, help="Episodes per instance and budget (n >= max K).")
+    instances: int = HfArg(default=100, help="Held-out task instances (the first of EVAL_SEEDS).")
+    seed: int = HfArg(default=0, help="Sampling seed; every checkpoint is evaluated from it.")
+    budget_visible: bool = HfArg(
+        default=True,
+        aliases=["--budget-visible"],
+        help="Show 'turns left: k' (each T is rolled out separately). --budget-hidden rolls out "
+        "once at max T and truncates, valid because the model never sees T.",
+    )
+    temperature: float = HfArg(default=1.0, help="Sampling temperature of the episodes.")
+    max_new_tokens: int = HfArg(default=4, help="Token limit of one assistant reply.")
+    decision_states: int = HfArg(
+        default=200, help="States sampled once from the base policy for single-step quality."
+    )
+    decision_samples: int = HfArg(default=4, help="Sampled actions per state and checkpoint.")
+    batch_size: int = HfArg(default=512, help="Episodes per batched rollout.")
+    bootstrap: int = HfArg(default=1000, help="Bootstrap resamples for the intervals (0 = off).")
+    output: str = HfArg(default="runs/eval", help="Directory for results.json, table and PNGs.")
+
+
+def parse_ints(text: str, flag: str) -> list[int]:
+    """'1,2,4' or '1-8' or '1-4,8' -> sorted distinct ints; ConfigError names the flag."""
+    values: set[int] = set()
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        bounds = part.split("-", 1) if "-" in part[1:] else [part, part]
+        try:
+            low, high = int(bounds[0]), int(bounds[1])
+        except ValueError as err:
+            raise ConfigError(f"--{flag} {text!r}: expected integers like 1,2,4 or 1-8") from err
+        if low > high:
+            raise ConfigError(f"--{flag} {text!r}: range {part} is empty")
+        values.update(range(low, high + 1))
+    if not values:
+        raise ConfigError(f"--{flag} is empty: give at least one value")
+    if min(values) < 1:
+        raise ConfigError(f"--{flag} {text!r}: values must be >= 1")
+    return sorted(values)
+
+
+def validate_eval(args: EvalArgs) -> tuple[list[int], list[int]]:
+    """Check evaluate.py's flags; returns the parsed K and T lists."""
+    ks, ts = parse_ints(args.k, "k"), parse_ints(args.t, "t")
+    if args.task not in tasks.NAMES:
+        raise ConfigError(f"--task {args.task!r}: valid tasks are {', '.join(tasks.NAMES)}")
+    if args.n < 1:
+        raise ConfigError(f"--n must be >= 1, got {args.n}")
+    if max(ks) > args.n:
+        raise ConfigError(f"--k {max(ks)} exceeds --n {args.n}: pass@K needs n >= K episodes")
+    if args.instances < 1:
+        raise ConfigError(f"--instances must be >= 1, got {args.instances}")
+    if args.temperature <= 0:
+        raise ConfigError(f"--temperature must be > 0, got {args.temperature}")
+    if not [c for c in args.checkpoints.split(",") if c.strip()]:
+        raise ConfigError("--checkpoints is empty: give 'base' and/or checkpoint paths")
+    for name, value in (
+        ("decision_samples", args.decision_samples),
+        ("batch_size", args.batch_size),
+        ("max_new_tokens", args.max_new_tokens),
+    ):
+        if value < 1:
+            raise ConfigError(f"--{name} must be >= 1, got {value}")
+    return ks, ts

@@ -1,0 +1,63 @@
+"""Evaluate checkpoints with Pass@(K,T) and the behaviour analyses, on held-out instances.
+
+    python evaluate.py --checkpoints base,runs/budgetmix-gridnav --k 1,2,4,8 --t 1-8
+    python evaluate.py --checkpoints base --budget-hidden --n 8 --instances 100 --output runs/eval
+
+Every compared checkpoint plays the same instances from the same seed. The terminal shows one
+table per checkpoint and the deltas against the first; --output gets results.json, results.jsonl
+and PNG plots (see minirl/compare.py). Flags come from `EvalArgs` in minirl/config.py. Bad input
+prints one line and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from transformers import HfArgumentParser
+
+from minirl.config import ConfigError, EvalArgs, validate_eval
+
+
+def build_parser() -> HfArgumentParser:
+    parser = HfArgumentParser(EvalArgs, description=__doc__.split("\n")[0], allow_abbrev=False)
+    parser.add_argument(
+        "--budget-hidden",
+        "--budget_hidden",
+        dest="budget_visible",
+        action="store_false",
+        help="Hide the budget: one rollout at max T, truncated to every T (faster).",
+    )
+    return parser
+
+
+def parse(argv: list[str] | None = None) -> EvalArgs:
+    (args,) = build_parser().parse_args_into_dataclasses(
+        args=list(sys.argv[1:] if argv is None else argv)
+    )
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    try:
+        validate_eval(args)  # before the heavy imports, so bad flags fail at once
+    except ConfigError as err:
+        print(f"evaluate.py: error: {err}", file=sys.stderr)
+        return 2
+    from minirl.compare import compare, write_outputs
+    from minirl.models import ModelLoadError
+    from minirl.tables import print_tables
+
+    try:
+        results = compare(args)
+    except (ConfigError, ModelLoadError) as err:
+        print(f"evaluate.py: error: {err}", file=sys.stderr)
+        return 2
+    print_tables(results)
+    written = write_outputs(results, args.output)
+    print(f"wrote {len(written)} files to {args.output}: " + ", ".join(p.name for p in written))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,126 @@
+"""The evaluation sweep: n episodes per held-out instance at every turn budget T.
+
+This produces the raw material of Pass@(K,T) (minirl.passkt) and of the behaviour analyses
+(minirl.analysis), through the same batched `rollout` that training uses. Two modes:
+
+- budget visible: the model reads "turns left: k", so an episode at budget T is a different
+  episode from one at T' and every T is rolled out separately (cost grows with sum(T));
+- budget hidden: the model never sees T, so the first t turns of an episode played at T_max are
+  distributed exactly like an episode played at budget t. One rollout at T_max, truncated to every
+  t <= T_max, gives all budgets (cost grows with max(T)). An episode succeeds at budget t iff it
+  succeeded within its first t turns.
+
+Sampling is re-seeded from `seed` before each sweep (and the global RNG restored afterwards), so
+every compared checkpoint plays the same instances, in the same order, from the same seed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from minirl.rollout import Episode, EpisodeSpec, rollout
+
+
+def truncate(episode: Episode, t: int) -> Episode:
+    """The episode as it would have ended under budget t (<= its own); tokens dropped if t < own.
+
+    Valid only when the budget was hidden from the model; the token fields are emptied because
+    evaluation never trains on them and keeping n * |T| copies would waste memory.
+    """
+    if t > episode.budget:
+        raise ValueError(f"cannot extend an episode of budget {episode.budget} to {t}")
+    if t == episode.budget:
+        return episode  # nothing to cut; keep its tokens (the decision states need them)
+    turns = episode.turns[:t]
+    return dataclasses.replace(
+        episode,
+        budget=t,
+        turns=turns,
+        success=episode.success and episode.turns_used <= t,
+        reward=sum(turn.reward for turn in turns),
+        input_ids=[],
+        loss_mask=[],
+        logprobs=[],
+        turn_index=[],
+    )
+
+
+def specs_for(task: str, seeds: Sequence[int], n: int, budget: int) -> list[EpisodeSpec]:
+    """n episodes per instance, instance-major; `group` is the instance's index."""
+    return [EpisodeSpec(task, s, budget, group=i) for i, s in enumerate(seeds) for _ in range(n)]
+
+
+def sweep(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    task: str,
+    ts: Sequence[int],
+    seeds: Sequence[int],
+    n: int,
+    *,
+    budget_visible: bool,
+    seed: int = 0,
+    max_new_tokens: int = 4,
+    temperature: float = 1.0,
+    batch_size: int = 512,
+    on_batch: Callable[[int], None] | None = None,
+) -> dict[int, list[Episode]]:
+    """Episodes for every T in `ts`: `result[t][i * n + j]` is episode j on instance seeds[i].
+
+    `on_batch(episodes_done)` is called after each rollout batch with the running total of
+    episodes played (for a progress bar).
+    """
+    if not ts:
+        raise ValueError("no turn budgets T given")
+    if min(ts) < 1:
+        raise ValueError(f"turn budgets must be >= 1, got {min(ts)}")
+    if n < 1 or not seeds:
+        raise ValueError("need n >= 1 episodes on at least one instance")
+    rollout_budgets = sorted(set(ts)) if budget_visible else [max(ts)]
+    saved = torch.get_rng_state()
+    torch.manual_seed(seed)
+    played: dict[int, list[Episode]] = {}
+    done = 0
+    try:
+        for budget in rollout_budgets:
+            specs = specs_for(task, seeds, n, budget)
+            episodes: list[Episode] = []
+            for start in range(0, len(specs), batch_size):
+                episodes += rollout(
+                    model,
+                    tokenizer,
+                    specs[start : start + batch_size],
+                    max_new_tokens=max_new_tokens,
+                    temperature=temperature,
+                    budget_visible=budget_visible,
+                )
+                done += len(specs[start : start + batch_size])
+                if on_batch is not None:
+                    on_batch(done)
+            played[budget] = episodes
+    finally:
+        torch.set_rng_state(saved)
+    if budget_visible:
+        return {t: played[t] for t in sorted(set(ts))}
+    longest = played[max(ts)]
+    return {t: [truncate(e, t) for e in longest] for t in sorted(set(ts))}
+
+
+def episodes_to_play(ts: Sequence[int], n_seeds: int, n: int, budget_visible: bool) -> int:
+    """How many episodes `sweep` will roll out (the progress bar's total)."""
+    budgets = len(set(ts)) if budget_visible else 1
+    return budgets * n_seeds * n
+
+
+def success_counts(episodes_by_t: dict[int, list[Episode]], n: int) -> dict[int, list[int]]:
+    """Per T, the number of successes among each instance's n episodes (instance order kept)."""
+    counts = {}
+    for t, episodes in episodes_by_t.items():
+        counts[t] = [
+            sum(e.success for e in episodes[i : i + n]) for i in range(0, len(episodes), n)
+        ]
+    return counts

@@ -1,0 +1,98 @@
+"""Rich terminal tables of an evaluation: one Pass@(K,T) grid per checkpoint, deltas, behaviour.
+
+The delta table subtracts the first checkpoint's grid (usually `base`) cell by cell and marks a
+difference larger than twice its standard error (the two grids' errors added in quadrature) with
+a star; with paired instances that is conservative, not a test to publish.
+"""
+
+from __future__ import annotations
+
+import math
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _cells(entry: dict) -> dict[tuple[int, int], dict]:
+    return {(c["k"], c["t"]): c for c in entry["grid"]}
+
+
+def grid_table(name: str, entry: dict, ks: list[int], ts: list[int]) -> Table:
+    cells = _cells(entry)
+    table = Table(title=f"Pass@(K,T): {name}  (mean ± stderr over instances)")
+    table.add_column("K \\ T", justify="right", style="bold")
+    for t in ts:
+        table.add_column(str(t), justify="right")
+    for k in ks:
+        table.add_row(
+            str(k), *(f"{cells[(k, t)]['mean']:.3f}±{cells[(k, t)]['stderr']:.3f}" for t in ts)
+        )
+    return table
+
+
+def delta_table(
+    name: str, entry: dict, ref_name: str, ref: dict, ks: list[int], ts: list[int]
+) -> Table:
+    a, b = _cells(entry), _cells(ref)
+    table = Table(title=f"{name} − {ref_name}  (* = beyond 2 stderr)")
+    table.add_column("K \\ T", justify="right", style="bold")
+    for t in ts:
+        table.add_column(str(t), justify="right")
+    for k in ks:
+        row = []
+        for t in ts:
+            d = a[(k, t)]["mean"] - b[(k, t)]["mean"]
+            se = math.hypot(a[(k, t)]["stderr"], b[(k, t)]["stderr"])
+            mark = "*" if se > 0 and abs(d) > 2 * se else " "
+            colour = "green" if d > 0 else "red" if d < 0 else "white"
+            row.append(f"[{colour}]{d:+.3f}{mark}[/]")
+        table.add_row(str(k), *row)
+    return table
+
+
+def _rate(r: dict) -> str:
+    if r["rate"] is None or math.isnan(r["rate"]):
+        return "n/a"
+    return f"{r['rate']:.3f} ({r['count']})"
+
+
+def behaviour_table(results: dict) -> Table:
+    t_max = results["meta"]["analysis_budget"]
+    table = Table(title=f"Behaviour at T={t_max}  (rate (count))")
+    for column in (
+        "checkpoint",
+        "optimal action, fixed states",
+        "success | no error",
+        "success | ≥1 error",
+        "invalid replies",
+        "turns on success",
+    ):
+        table.add_column(column, justify="right")
+    for name, entry in results["checkpoints"].items():
+        a = entry["analysis"]
+        eff = a["efficiency"][str(t_max)]["mean_turns"]
+        table.add_row(
+            name,
+            _rate(a["decision"]["optimal"]),
+            _rate(a["recovery"]["no_error"]),
+            _rate(a["recovery"]["after_error"]),
+            f"{a['invalid_rate']:.3f}",
+            "n/a" if eff is None or math.isnan(eff) else f"{eff:.2f}",
+        )
+    return table
+
+
+def print_tables(results: dict, console: Console | None = None) -> None:
+    console = console or Console()
+    ks, ts = results["meta"]["ks"], results["meta"]["ts"]
+    entries = results["checkpoints"]
+    ref_name = next(iter(entries))
+    for name, entry in entries.items():
+        console.print(grid_table(name, entry, ks, ts))
+    for name, entry in list(entries.items())[1:]:
+        console.print(delta_table(name, entry, ref_name, entries[ref_name], ks, ts))
+    console.print(behaviour_table(results))
+    console.print(
+        f"mode: budget {results['meta']['mode']}; {len(results['meta']['seeds'])} "
+        f"instances × n={results['meta']['n']}, seed {results['meta']['seed']}"
+    )
