@@ -96,9 +96,7 @@ class Icy(GridNav):
         return {"slipped": False}
 
     def _oracle_actions(self) -> set[str]:
-        scores = {
-            a: action_value(self.grid, self._values, self.pos, a, self.slip) for a in ACTIONS
-        }
+        scores = {a: action_value(self.grid, self._values, self.pos, a, self.slip) for a in ACTIONS}
         best = min(scores.values())
         return {a for a, score in scores.items() if score <= best + _TIE}
 
