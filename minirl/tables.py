@@ -8,6 +8,7 @@ a star; with paired instances that is conservative, not a test to publish.
 from __future__ import annotations
 
 import math
+import sys
 
 from rich.console import Console
 from rich.table import Table
@@ -83,7 +84,8 @@ def behaviour_table(results: dict) -> Table:
 
 
 def print_tables(results: dict, console: Console | None = None) -> None:
-    console = console or Console()
+    # Off a terminal (a log file, CI) rich assumes 80 columns and would cut numbers short.
+    console = console or Console(width=None if sys.stdout.isatty() else 160)
     ks, ts = results["meta"]["ks"], results["meta"]["ts"]
     entries = results["checkpoints"]
     ref_name = next(iter(entries))
