@@ -2,11 +2,13 @@
 
     python evaluate.py --checkpoints base,runs/budgetmix-gridnav --k 1,2,4,8 --t 1-8
     python evaluate.py --checkpoints base --budget-hidden --n 8 --instances 100 --output runs/eval
+    python evaluate.py --study --output study/      # train what is missing, evaluate, report.md
 
 Every compared checkpoint plays the same instances from the same seed. The terminal shows one
 table per checkpoint and the deltas against the first; --output gets results.json, results.jsonl
 and PNG plots (see minirl/compare.py). Flags come from `EvalArgs` in minirl/config.py. Bad input
-prints one line and exits with status 2.
+prints one line and exits with status 2. `--study` takes the flags of `StudyArgs` instead (see
+minirl/study.py).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import sys
 
 from transformers import HfArgumentParser
 
-from minirl.config import ConfigError, EvalArgs, validate_eval
+from minirl.config import ConfigError, EvalArgs, StudyArgs, validate_eval, validate_study
 
 
 def build_parser() -> HfArgumentParser:
@@ -37,7 +39,34 @@ def parse(argv: list[str] | None = None) -> EvalArgs:
     return args
 
 
+def study_main(argv: list[str]) -> int:
+    parser = HfArgumentParser(StudyArgs, description="Run the study", allow_abbrev=False)
+    (args,) = parser.parse_args_into_dataclasses(args=argv)
+    try:
+        validate_study(args)
+    except ConfigError as err:
+        print(f"evaluate.py: error: {err}", file=sys.stderr)
+        return 2
+    from pathlib import Path
+
+    from minirl.models import ModelLoadError
+    from minirl.study import run_study
+    from minirl.study_report import write_report
+
+    try:
+        study = run_study(args)
+    except (ConfigError, ModelLoadError) as err:
+        print(f"evaluate.py: error: {err}", file=sys.stderr)
+        return 2
+    report = write_report(study, Path(args.output), "python evaluate.py --study " + " ".join(argv))
+    print(f"study finished in {study['timings']['total_seconds'] / 60:.1f} min; report: {report}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--study" in argv:
+        return study_main([a for a in argv if a != "--study"])
     args = parse(argv)
     try:
         validate_eval(args)  # before the heavy imports, so bad flags fail at once

@@ -285,3 +285,59 @@ def validate_eval(args: EvalArgs) -> tuple[list[int], list[int]]:
         if value < 1:
             raise ConfigError(f"--{name} must be >= 1, got {value}")
     return ks, ts
+
+
+@dataclass
+class StudyArgs:
+    """evaluate.py --study: train the study's arms where missing, evaluate them, write a report."""
+
+    tasks: str = HfArg(default="gridnav,guess", help="Comma-separated tasks to run the study on.")
+    model: str = HfArg(default="tiny", help="Base model ('tiny' = the per-task tiny base).")
+    tight: int = HfArg(default=4, help="T of the tight fixed-budget arm (c).")
+    generous: int = HfArg(default=12, help="T of the generous fixed-budget arm (b).")
+    budget_min: int = HfArg(default=4, help="Smallest T of the BudgetMix arm (d).")
+    budget_max: int = HfArg(default=12, help="Largest T of the BudgetMix arm (d).")
+    process: bool = HfArg(
+        default=False, help="Also train (e): BudgetMix with the per-turn process reward."
+    )
+    max_steps: int = HfArg(default=60, aliases=["--steps"], help="Training steps of each arm.")
+    tasks_per_step: int = HfArg(default=8, help="Task instances (groups) per training step.")
+    num_generations: int = HfArg(default=8, help="G: episodes per instance in training.")
+    seeds: str = HfArg(default="0", help="Training seeds, e.g. '0,1,2': one run per arm and seed.")
+    k: str = HfArg(default="1,2,4", help="Sampling breadths K of the evaluation.")
+    t: str = HfArg(default="2,4,6,8,10,12", help="Turn budgets T of the evaluation.")
+    n: int = HfArg(default=4, help="Evaluation episodes per instance and budget (n >= max K).")
+    instances: int = HfArg(default=60, help="Held-out instances per task.")
+    decision_states: int = HfArg(default=200, help="Fixed states for single-step quality.")
+    eval_seed: int = HfArg(default=0, help="Sampling seed of every evaluation.")
+    output: str = HfArg(default="study", help="Directory for runs, results, plots and report.md.")
+
+
+def validate_study(args: StudyArgs) -> None:
+    names = [t for t in args.tasks.split(",") if t.strip()]
+    if not names:
+        raise ConfigError("--tasks is empty")
+    for name in names:
+        if name.strip() not in tasks.NAMES:
+            raise ConfigError(f"--tasks {name!r}: valid tasks are {', '.join(tasks.NAMES)}")
+    if not 1 <= args.tight < args.generous:
+        raise ConfigError(f"need 1 <= --tight < --generous, got {args.tight} and {args.generous}")
+    if not 1 <= args.budget_min <= args.budget_max:
+        raise ConfigError("need 1 <= --budget_min <= --budget_max")
+    if args.max_steps < 1:
+        raise ConfigError(f"--max_steps must be >= 1, got {args.max_steps}")
+    study_seeds(args)
+    ks = parse_ints(args.k, "k")
+    parse_ints(args.t, "t")
+    if max(ks) > args.n:
+        raise ConfigError(f"--k {max(ks)} exceeds --n {args.n}")
+
+
+def study_seeds(args: StudyArgs) -> list[int]:
+    try:
+        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    except ValueError as err:
+        raise ConfigError(f"--seeds {args.seeds!r}: expected integers like 0,1,2") from err
+    if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
+        raise ConfigError(f"--seeds {args.seeds!r}: give distinct integers >= 0")
+    return seeds

@@ -1,0 +1,140 @@
+"""The study: the paper's questions, asked of arms trained and evaluated on the same toy tasks.
+
+For every task it trains (where a finished run is not already there) and then evaluates:
+    (a) base        the untrained base model
+    (b) fixed-T<g>  fixed-budget GRPO at a generous T = g
+    (c) fixed-T<t>  fixed-budget GRPO at a tight T = t
+    (d) budgetmix   BudgetMix GRPO, T drawn per group from [budget_min, budget_max]
+    (e) process     (optional) BudgetMix with the per-turn process reward
+one run per arm and training seed. All arms of a task are evaluated in one `compare` call, so they
+play identical held-out instances from the same sampling seed, and the single-step states come
+from the base policy. minirl.study_report turns the results into report.md; no conclusion is
+written by hand, every verdict there is computed from these numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from minirl.checkpoint import checkpoints
+from minirl.config import (
+    BudgetArgs,
+    Config,
+    EvalArgs,
+    GRPOArgs,
+    ModelArgs,
+    StudyArgs,
+    TaskArgs,
+    study_seeds,
+    validate_study,
+)
+
+
+@dataclass
+class Arm:
+    """One trained configuration of the study."""
+
+    name: str
+    mode: str  # fixed | budgetmix
+    budget: int
+    reward_mode: str = "outcome"
+
+
+def arms(args: StudyArgs) -> list[Arm]:
+    found = [
+        Arm(f"fixed-T{args.generous}", "fixed", args.generous),
+        Arm(f"fixed-T{args.tight}", "fixed", args.tight),
+        Arm("budgetmix", "budgetmix", args.generous),
+    ]
+    if args.process:
+        found.append(Arm("process", "budgetmix", args.generous, "process"))
+    return found
+
+
+def run_label(arm: Arm, seed: int, seeds: list[int]) -> str:
+    return arm.name if len(seeds) == 1 else f"{arm.name}-s{seed}"
+
+
+def arm_config(args: StudyArgs, task: str, arm: Arm, seed: int, output_dir: Path) -> Config:
+    """The training config of one arm: the project's defaults, with only the arm's choices set."""
+    return Config(
+        ModelArgs(model=args.model),
+        GRPOArgs(
+            max_steps=args.max_steps,
+            seed=seed,
+            output_dir=str(output_dir),
+            num_generations=args.num_generations,
+            eval_seeds=0,  # the study evaluates every arm itself, on a shared protocol
+        ),
+        BudgetArgs(
+            mode=arm.mode,
+            budget=arm.budget,
+            budget_min=args.budget_min,
+            budget_max=args.budget_max,
+        ),
+        TaskArgs(task=task, tasks_per_step=args.tasks_per_step, reward_mode=arm.reward_mode),
+    )
+
+
+def train_missing(cfg: Config, progress: bool) -> str:
+    """Train `cfg` unless its run finished before; resume a run that was cut short."""
+    from minirl.trainer import train
+
+    out = Path(cfg.output_dir)
+    summary = out / "summary.json"
+    if summary.is_file() and json.loads(summary.read_text()).get("steps") == cfg.grpo.max_steps:
+        return "reused"
+    cfg.grpo.resume = bool(checkpoints(out))
+    train(cfg, progress=progress)
+    return "resumed" if cfg.grpo.resume else "trained"
+
+
+def run_study(args: StudyArgs, progress: bool = True) -> dict:
+    """Train what is missing, evaluate every task, write per-task results; returns study.json."""
+    from minirl.compare import compare, write_outputs
+
+    validate_study(args)
+    seeds = study_seeds(args)
+    root = Path(args.output)
+    root.mkdir(parents=True, exist_ok=True)
+    study: dict = {"args": vars(args).copy(), "tasks": {}, "timings": {}}
+    started = time.perf_counter()
+    for task in [t.strip() for t in args.tasks.split(",") if t.strip()]:
+        labels = {"base": "base"}
+        for arm in arms(args):
+            for seed in seeds:
+                label = run_label(arm, seed, seeds)
+                out = root / task / "runs" / label
+                t0 = time.perf_counter()
+                status = train_missing(arm_config(args, task, arm, seed, out), progress)
+                study["timings"][f"{task}/{label}"] = {
+                    "seconds": round(time.perf_counter() - t0, 1),
+                    "status": status,
+                }
+                labels[label] = str(out)
+        t0 = time.perf_counter()
+        eval_args = EvalArgs(
+            checkpoints=",".join(f"{label}={path}" for label, path in labels.items()),
+            task=task,
+            model=args.model,
+            k=args.k,
+            t=args.t,
+            n=args.n,
+            instances=args.instances,
+            seed=args.eval_seed,
+            decision_states=args.decision_states,
+            output=str(root / task),
+        )
+        results = compare(eval_args, progress=progress)
+        write_outputs(results, root / task)
+        study["timings"][f"{task}/evaluation"] = {"seconds": round(time.perf_counter() - t0, 1)}
+        study["tasks"][task] = {
+            "results": f"{task}/results.json",
+            "arms": {a.name: [run_label(a, s, seeds) for s in seeds] for a in arms(args)},
+        }
+    study["timings"]["total_seconds"] = round(time.perf_counter() - started, 1)
+    (root / "study.json").write_text(json.dumps(study, indent=1))
+    return study
