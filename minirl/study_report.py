@@ -115,7 +115,7 @@ def budget_dependence(results: dict, arms: dict[str, list[str]]) -> dict:
             )
         elif gap[hi][0] <= Z * gap[hi][1]:
             verdict = (
-                f"not shown: at the generous T={hi} the gain of {arm} over base is "
+                f"not shown: at the largest evaluated T={hi} the gain of {arm} over base is "
                 f"{signed(*gap[hi])}, not beyond 2 stderr"
             )
         elif change < -Z * change_se:
