@@ -235,7 +235,7 @@ class EvalArgs:
     decision_states: int = HfArg(
         default=200, help="States sampled once from the base policy for single-step quality."
     )
-    decision_samples: int = HfArg(default=4, help="Sampled actions per state and checkpoint.")
+    decision_samples: int = HfArg(default=2, help="Sampled actions per state and checkpoint.")
     batch_size: int = HfArg(default=512, help="Episodes per batched rollout.")
     bootstrap: int = HfArg(default=1000, help="Bootstrap resamples for the intervals (0 = off).")
     output: str = HfArg(default="runs/eval", help="Directory for results.json, table and PNGs.")
