@@ -190,24 +190,19 @@ def robustness(results: dict, arms: dict[str, list[str]]) -> dict:
     rival = min(others, key=lambda a: others[a]["regret"])
     lead = others[rival]["regret"] - table[mix]["regret"]
     worst_text = ", ".join(f"{a} {r['worst']:.3f} (T={r['worst_t']})" for a, r in table.items())
-    if lead > 0:
-        text = (
-            f"shown: BudgetMix's largest shortfall from the best arm at any T is "
-            f"{table[mix]['regret']:.3f}, against {others[rival]['regret']:.3f} for the most "
-            f"robust fixed arm ({rival})"
-        )
-        text += "" if lead > Z * se else f"; the margin {lead:.3f} is within 2 stderr ({se:.3f})"
+    summary = (
+        f"BudgetMix's largest shortfall from the best arm at any T is {table[mix]['regret']:.3f} "
+        f"(at T={table[mix]['regret_t']}), against {others[rival]['regret']:.3f} for the most "
+        f"robust fixed arm ({rival})"
+    )
+    if lead > Z * se:
+        text = f"shown: {summary}"
+    elif lead > 0:
+        text = f"not shown beyond noise: {summary}; the margin {lead:.3f} is within 2 stderr"
     else:
-        text = (
-            f"not shown: BudgetMix's largest shortfall from the best arm is "
-            f"{table[mix]['regret']:.3f} (at T={table[mix]['regret_t']}), against "
-            f"{others[rival]['regret']:.3f} for {rival}"
-        )
+        text = f"not shown: {summary}"
     text += f". Worst-case Pass@(1,T): {worst_text}"
-    return {
-        "table": table,
-        "verdict": {"shown": text.startswith("shown") and lead > Z * se, "text": text},
-    }
+    return {"table": table, "verdict": {"shown": text.startswith("shown"), "text": text}}
 
 
 def process_supervision(results: dict, arms: dict[str, list[str]]) -> dict:
