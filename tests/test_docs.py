@@ -5,10 +5,13 @@ How each kind of block is executed:
 - ```python blocks of one file run in document order in one namespace, like a notebook, in this
   process (the lessons' own `assert`s check their numbers).
 - ```bash blocks run one command per line with bash, in document order, interleaved with the
-  Python blocks of the same file, and must exit 0. Three kinds of line are changed, and only these:
+  Python blocks of the same file, and must exit 0. Four kinds of line are changed, and only these:
   * `python train.py ...` gets ` --steps 2 --eval_seeds 8 --tasks_per_step 2
     --overwrite_output_dir` appended (argparse keeps the last value of a flag), so a documented
     60-step run takes seconds; everything else on the line is used as written.
+  * `python evaluate.py ...` gets `--instances 4 --decision_states 16 --bootstrap 100`
+    appended, and `python evaluate.py --study ...` gets a toy size (2 training steps, 4
+    instances, T in {2, 4}, gridnav only), so documented real-size evaluations take seconds.
   * `pip install ARGS` runs as `python -m pip install --dry-run --no-index --no-build-isolation
     ARGS`: pip builds the project's metadata and resolves the exact requirements (the torch pin,
     the [dev] extra) against the installed environment, offline, and installs nothing. That is
@@ -37,9 +40,31 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TUTORIALS = sorted((ROOT / "tutorials").glob("*.md"))
-DOCS = [*TUTORIALS, ROOT / "README.md"]
+TUTORIALS = sorted((ROOT / "tutorials").glob("0*.md"))  # the lessons, in order
+# Everything else in tutorials/ (the assignments README, the study report) runs too.
+DOCS = [*sorted((ROOT / "tutorials").rglob("*.md")), ROOT / "README.md"]
 CAP = ["--steps", "2", "--eval_seeds", "8", "--tasks_per_step", "2", "--overwrite_output_dir"]
+EVAL_CAP = ["--instances", "4", "--decision_states", "16", "--bootstrap", "100"]
+STUDY_CAP = [
+    "--tasks",
+    "gridnav",
+    "--max_steps",
+    "2",
+    "--tasks_per_step",
+    "2",
+    "--num_generations",
+    "2",
+    "--instances",
+    "4",
+    "--n",
+    "2",
+    "--k",
+    "1,2",
+    "--t",
+    "2,4",
+    "--decision_states",
+    "8",
+]
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.S | re.M)
 
 
@@ -74,6 +99,9 @@ def command_for(line: str) -> tuple[list[str], str]:
     if words[:2] == ["python", "train.py"]:
         cap = [w for w in CAP if not ("--resume" in words and w == "--overwrite_output_dir")]
         return [python, "train.py", *words[2:], *cap], "exit 0"
+    if words[:2] == ["python", "evaluate.py"]:
+        cap = STUDY_CAP if "--study" in words else EVAL_CAP
+        return [python, "evaluate.py", *words[2:], *cap], "exit 0"
     if words[:2] == ["pip", "install"]:
         dry = ["--dry-run", "--no-index", "--no-build-isolation"]
         return [python, "-m", "pip", "install", *dry, *words[2:]], "dry run"
@@ -134,9 +162,12 @@ def test_every_tutorial_is_found_and_has_an_assignment() -> None:
     names = [p.name for p in TUTORIALS]
     assert names == [
         "01_tasks_and_oracles.md",
-        "02_rollout_and_masks.md",
-        "03_grpo_by_hand.md",
-        "04_train_fixed_vs_budgetmix.md",
+        "02_base_model.md",
+        "03_rollout.md",
+        "04_grpo_by_hand.md",
+        "05_fixed_vs_budgetmix.md",
+        "06_passkt.md",
+        "07_reading_the_study.md",
     ]
     readme = (ROOT / "README.md").read_text()
     for path in TUTORIALS:
@@ -163,13 +194,18 @@ def test_command_rewrites() -> None:
     assert argv[1:] == ["train.py", "--mode", "fixed", "--steps", "60", *CAP]
     argv, _ = command_for("python train.py --output_dir runs/x --resume")
     assert "--overwrite_output_dir" not in argv  # it would conflict with --resume
+    argv, _ = command_for("python evaluate.py --checkpoints base --instances 100")
+    assert argv[1:] == ["evaluate.py", "--checkpoints", "base", "--instances", "100", *EVAL_CAP]
+    argv, _ = command_for("python evaluate.py --study --output study/")
+    assert argv[-len(STUDY_CAP) :] == STUDY_CAP
     argv, check = command_for('pip install -e ".[dev]"')
     assert argv[-2:] == ["-e", ".[dev]"] and "--dry-run" in argv and check == "dry run"
     argv, check = command_for('python -m pytest -m "not slow"')
     assert argv[-4:] == ["-m", "not slow", "--collect-only", "-q"] and check == "collects"
 
 
-@pytest.mark.parametrize("path", DOCS, ids=[p.name for p in DOCS])
+@pytest.mark.parametrize("path", DOCS, ids=[str(p.relative_to(ROOT)) for p in DOCS])
 def test_document_runs(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ran = run_document(path, scratch_root(tmp_path), monkeypatch)
-    assert ran, f"{path.name} has no executable blocks"
+    if path.name != "study-results.md":  # a generated report: tables and plots, no code
+        assert ran, f"{path.name} has no executable blocks"
