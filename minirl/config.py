@@ -300,7 +300,7 @@ class StudyArgs:
     process: bool = HfArg(
         default=False, help="Also train (e): BudgetMix with the per-turn process reward."
     )
-    max_steps: int = HfArg(default=60, aliases=["--steps"], help="Training steps of each arm.")
+    max_steps: int = HfArg(default=50, aliases=["--steps"], help="Training steps of each arm.")
     tasks_per_step: int = HfArg(default=8, help="Task instances (groups) per training step.")
     num_generations: int = HfArg(default=8, help="G: episodes per instance in training.")
     seeds: str = HfArg(default="0", help="Training seeds, e.g. '0,1,2': one run per arm and seed.")
