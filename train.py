@@ -4,6 +4,8 @@
     python train.py --mode fixed --budget 8 --steps 60
     python train.py --config run.yaml --seed 3        # YAML sets defaults, flags override
     python train.py --output_dir runs/x --resume      # continue a killed run
+    python train.py --backend trl                     # the same run through trl.GRPOTrainer
+    accelerate launch train.py --backend trl          # ... on every GPU accelerate is set up for
 
 Every flag comes from the dataclasses in minirl/config.py (`python train.py --help`). Bad values
 print one line naming the flag and exit with status 2; nothing is trained.
@@ -67,7 +69,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from minirl.checkpoint import CheckpointError
     from minirl.models import ModelLoadError
-    from minirl.trainer import train
+
+    if cfg.grpo.backend == "trl":
+        from minirl.trl_backend import train_trl as train
+    else:
+        from minirl.trainer import train
 
     try:
         result = train(cfg)

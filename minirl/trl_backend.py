@@ -1,0 +1,342 @@
+"""`--backend trl`: the same tasks, budgets and rewards, trained by `trl.GRPOTrainer`.
+
+minirl's own loop (minirl.trainer) is for reading and for one GPU. TRL's trainer runs on
+accelerate, so `accelerate launch train.py --backend trl` spreads a step over several GPUs (and
+DeepSpeed, through an accelerate config). Three pieces plug minirl into it:
+
+1. `episode_dataset`: one row per task instance, whose "prompt" is the episode spec
+   {task, seed, budget}, drawn exactly as minirl.trainer draws them (so both backends play the
+   same instances and budgets from the same seed). TRL's sampler repeats each row
+   `num_generations` times in a row, so the G episodes of a group share their instance and their
+   T: BudgetMix draws one T per group here too.
+2. `make_rollout_func`: TRL hands it the prompt rows of this process *as the sampler laid them
+   out* (each spec already G times; TRL adds no copies) and expects one completion per row. It
+   plays them with minirl.rollout and returns `prompt_ids` (system + first observation),
+   `completion_ids` (every later token: replies and observations alike), `logprobs`, `env_mask`
+   (1 on sampled reply tokens, 0 on observations and template) and per-episode `reward`,
+   `success`, `turns`, `budget` and `invalid`, which TRL forwards to `episode_reward`.
+3. `grpo_config`: minirl's Config mapped onto `GRPOConfig`; `MAPPING` documents every field
+   whose mapping is not 1:1.
+
+Outputs match minirl's runs where they can: OUTPUT/checkpoint-N (TRL's own checkpoints: adapter,
+optimizer, RNG), the final adapter in OUTPUT itself, OUTPUT/metrics.jsonl (TRL's log lines),
+OUTPUT/summary.json (held-out success before and after) and OUTPUT/trainer_state.json with the
+minirl config, which evaluate.py reads to check the task and base model.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from accelerate import PartialState
+from datasets import Dataset
+from transformers import PreTrainedTokenizerBase, TrainerCallback
+from trl import GRPOConfig, GRPOTrainer
+from trl.models import unwrap_model_for_generation
+
+import tasks
+from minirl.budgets import sample_budgets
+from minirl.checkpoint import CheckpointError, checkpoints
+from minirl.config import Config, ConfigError, validate
+from minirl.models import load_policy
+from minirl.rollout import Episode, EpisodeSpec, rollout
+from minirl.trainer import TrainResult, episode_rewards, evaluate, metrics_up_to
+
+# Fields of GRPOConfig that minirl sets from something other than the field of the same name.
+# Every other field minirl passes (num_generations, learning_rate, beta, epsilon, epsilon_high,
+# num_iterations, loss_type, scale_rewards, temperature, max_grad_norm, seed, logging_steps,
+# output_dir) means the same in both and is copied as is.
+MAPPING: dict[str, str] = {
+    "per_device_train_batch_size": "tasks_per_step * num_generations / number of processes: one "
+    "optimizer step sees the whole rollout batch, as in minirl (no gradient accumulation).",
+    "steps_per_generation": "1: a new rollout batch for every optimizer step.",
+    "max_steps": "max_steps * num_iterations: TRL counts optimizer steps, minirl counts rollout "
+    "batches (each followed by num_iterations epochs).",
+    "save_steps": "save_steps * num_iterations, for the same reason.",
+    "max_completion_length": "max_new_tokens * the largest T: the most *assistant* tokens an "
+    "episode can have. minirl's rollout ignores it (its own limits are per turn); it is only "
+    "dr_grpo's constant denominator, the same one minirl uses.",
+    "mask_truncated_completions": "False: a reply cut by max_new_tokens ends its turn, not the "
+    "episode (minirl closes it with an eos that env_mask leaves out), so TRL never sees a "
+    "truncated episode.",
+    "shuffle_dataset": "False: the dataset is already a seeded random draw in step order.",
+    "lr_scheduler_type": "'constant' and weight_decay 0: minirl's plain AdamW (TRL's default "
+    "decays the rate linearly to 0).",
+    "gradient_checkpointing": "False, as in minirl.models (GRPOConfig defaults to True).",
+    "bf16": "True only on a CUDA device with bf16 support (GRPOConfig defaults to True, which on "
+    "a CPU would run the training forward in bf16 autocast).",
+    "save_total_limit": "2, as minirl.checkpoint keeps the two newest checkpoints.",
+    "report_to": "'none': metrics go to OUTPUT/metrics.jsonl, as in minirl.",
+    "use_bias_correction_kl": "False: minirl's k3 KL term is not multiplied by the ratio rho. "
+    "TRL 1.16 defaults to True (DeepSeek-V3.2's unbiased KL gradient); it changes the loss only "
+    "when beta > 0.",
+    "(adapter dtype)": "fp32, as minirl.models makes them: GRPOTrainer casts a quantized "
+    "model's LoRA weights to bf16, and build_trainer casts them back.",
+}
+
+
+def episode_dataset(cfg: Config) -> Dataset:
+    """max_steps * tasks_per_step episode specs, drawn as minirl.trainer.train_step draws them."""
+    t, b = cfg.task, cfg.budget
+    rng = random.Random(cfg.grpo.seed)
+    rows: list[dict] = []
+    for _ in range(cfg.grpo.max_steps):
+        seeds = [rng.choice(tasks.TRAIN_SEEDS) for _ in range(t.tasks_per_step)]
+        budgets = sample_budgets(
+            t.tasks_per_step,
+            mode=b.mode,
+            budget=b.budget,
+            budget_min=b.budget_min,
+            budget_max=b.budget_max,
+            distribution=b.budget_distribution,
+            rng=rng,
+        )
+        for seed, budget in zip(seeds, budgets, strict=True):
+            rows.append({"prompt": {"task": t.task, "seed": seed, "budget": budget}})
+    return Dataset.from_list(rows)
+
+
+def to_trl(episodes: list[Episode], invalid_penalty: float) -> dict[str, list]:
+    """Split each episode into TRL's prompt and completion, with the mask and the extra fields."""
+    out: dict[str, list] = {
+        key: []
+        for key in ("prompt_ids", "completion_ids", "logprobs", "env_mask")
+        + ("reward", "success", "turns", "budget", "invalid")
+    }
+    rewards = episode_rewards(episodes, invalid_penalty)
+    for episode, reward in zip(episodes, rewards, strict=True):
+        # The prompt is everything before the first sampled token; every reply has at least one.
+        start = episode.loss_mask.index(1)
+        out["prompt_ids"].append(episode.input_ids[:start])
+        out["completion_ids"].append(episode.input_ids[start:])
+        out["logprobs"].append(episode.logprobs[start:])
+        out["env_mask"].append(episode.loss_mask[start:])
+        out["reward"].append(reward)
+        out["success"].append(float(episode.success))
+        out["turns"].append(episode.turns_used)
+        out["budget"].append(episode.budget)
+        out["invalid"].append(sum(not turn.valid for turn in episode.turns))
+    return out
+
+
+def check_rollout_output(output: dict[str, list], num_prompts: int) -> None:
+    """The two contract errors TRL would only report as a shape error deep inside a step."""
+    for key, rows in output.items():
+        if len(rows) != num_prompts:
+            raise ValueError(
+                f"rollout_func returned {len(rows)} {key} for {num_prompts} prompts: TRL's prompts "
+                "already hold each instance num_generations times, so return one episode per prompt"
+            )
+    for i, (ids, mask) in enumerate(zip(output["completion_ids"], output["env_mask"], strict=True)):
+        if len(ids) != len(mask):
+            raise ValueError(
+                f"episode {i}: env_mask has {len(mask)} entries for {len(ids)} completion tokens"
+            )
+
+
+def make_rollout_func(
+    cfg: Config, tokenizer: PreTrainedTokenizerBase
+) -> Callable[[list[dict], GRPOTrainer], dict[str, list]]:
+    """The `rollout_func` for GRPOTrainer: one minirl episode per prompt row it is given."""
+
+    def rollout_func(prompts: list[dict], trainer: GRPOTrainer) -> dict[str, list]:
+        specs = [EpisodeSpec(p["task"], p["seed"], p["budget"]) for p in prompts]
+        # Under DDP or DeepSpeed the trainer holds a wrapped model; generate needs the module
+        # itself (with ZeRO-3 parameters gathered), as TRL's own generation does.
+        with unwrap_model_for_generation(
+            trainer.model_wrapped,
+            trainer.accelerator,
+            gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
+        ) as model:
+            episodes = rollout(
+                model,
+                tokenizer,
+                specs,
+                max_new_tokens=cfg.task.max_new_tokens,
+                temperature=cfg.grpo.temperature,
+                budget_visible=cfg.budget.budget_visible,
+            )
+        output = to_trl(episodes, cfg.task.invalid_penalty)
+        check_rollout_output(output, len(prompts))
+        return output
+
+    return rollout_func
+
+
+def episode_reward(
+    completions: list,
+    reward: list[float],
+    success: list[float],
+    turns: list[int],
+    budget: list[int],
+    invalid: list[int],
+    log_metric: Callable[[str, float], None] | None = None,
+    **kwargs: object,
+) -> list[float]:
+    """TRL's reward function: the reward rollout_func computed (success - invalid penalty).
+
+    It also logs the rollout statistics minirl's trainer logs, under the same names.
+    """
+    if log_metric is not None:
+        n = len(reward)
+        log_metric("success", sum(success) / n)
+        log_metric("turns", sum(turns) / n)
+        log_metric("budget", sum(budget) / n)
+        log_metric("invalid_rate", sum(invalid) / max(1, sum(turns)))
+    return [float(r) for r in reward]
+
+
+def grpo_config(
+    cfg: Config, output_dir: str, num_processes: int = 1, progress: bool = True
+) -> GRPOConfig:
+    """minirl's Config as a GRPOConfig; see MAPPING for the fields that are not copied as is."""
+    g, b, t = cfg.grpo, cfg.budget, cfg.task
+    episodes = t.tasks_per_step * g.num_generations
+    if episodes % num_processes:
+        raise ConfigError(
+            f"--tasks_per_step * --num_generations = {episodes} episodes per step must split "
+            f"evenly over {num_processes} processes"
+        )
+    cuda = torch.cuda.is_available()
+    return GRPOConfig(
+        output_dir=output_dir,
+        num_generations=g.num_generations,
+        learning_rate=g.learning_rate,
+        beta=g.beta,
+        epsilon=g.epsilon,
+        epsilon_high=g.epsilon_high,
+        num_iterations=g.num_iterations,
+        loss_type=g.loss_type,
+        scale_rewards=g.scale_rewards,
+        temperature=g.temperature,
+        max_grad_norm=g.max_grad_norm,
+        seed=g.seed,
+        logging_steps=g.logging_steps,
+        per_device_train_batch_size=episodes // num_processes,
+        gradient_accumulation_steps=1,
+        steps_per_generation=1,
+        max_steps=g.max_steps * g.num_iterations,
+        save_steps=g.save_steps * g.num_iterations,
+        max_completion_length=t.max_new_tokens * (b.budget if b.mode == "fixed" else b.budget_max),
+        mask_truncated_completions=False,
+        use_bias_correction_kl=False,
+        shuffle_dataset=False,
+        lr_scheduler_type="constant",
+        weight_decay=0.0,
+        optim="adamw_torch",
+        gradient_checkpointing=False,
+        bf16=cuda and torch.cuda.is_bf16_supported(),
+        fp16=False,
+        save_total_limit=2,
+        report_to="none",
+        disable_tqdm=not progress,
+    )
+
+
+class MetricsFile(TrainerCallback):
+    """Append every log line TRL emits to OUTPUT/metrics.jsonl (the file minirl's runs write)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def on_log(self, args, state, control, logs=None, **kwargs) -> None:  # noqa: ANN001
+        if logs is not None and state.is_world_process_zero:
+            with self.path.open("a") as f:
+                f.write(json.dumps({"step": state.global_step, **logs}) + "\n")
+
+
+def build_trainer(
+    cfg: Config,
+    model,
+    tokenizer,
+    output_dir: str,
+    progress: bool = True,  # noqa: ANN001
+) -> GRPOTrainer:
+    """A GRPOTrainer wired to minirl's rollout, reward and config; `model` is a peft model."""
+    args = grpo_config(cfg, output_dir, PartialState().num_processes, progress)
+    with warnings.catch_warnings():  # TRL warns that rollout_func is experimental; we know
+        warnings.filterwarnings("ignore", message=".*rollout_func.*experimental")
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=episode_reward,
+            args=args,
+            train_dataset=episode_dataset(cfg),
+            processing_class=tokenizer,
+            rollout_func=make_rollout_func(cfg, tokenizer),
+        )
+    # TRL casts the adapters of a quantized model to bf16 (QLoRA's advice); minirl keeps peft's
+    # fp32 adapters. Cast back, before train() builds the optimizer, so both backends train the
+    # same parameters: bf16 weights would also round away AdamW steps below 1/256 of a weight.
+    for param in model.parameters():
+        if param.requires_grad:
+            param.data = param.data.float()
+    return trainer
+
+
+def train_trl(cfg: Config, progress: bool = True) -> TrainResult:
+    """Train with GRPOTrainer; the same run directory rules and outputs as minirl.trainer.train."""
+    validate(cfg)
+    out = Path(cfg.grpo.output_dir or f"runs/trl-{cfg.budget.mode}-{cfg.task.task}")
+    existing = checkpoints(out)
+    if cfg.grpo.resume and not existing:
+        raise CheckpointError(f"--resume: no checkpoint found in {out}")
+    if existing and not cfg.grpo.resume and not cfg.grpo.overwrite_output_dir:
+        raise ConfigError(
+            f"{out} already holds {existing[-1].name}; pass --resume to continue it, "
+            "--overwrite_output_dir to start afresh, or a new --output_dir"
+        )
+    state = PartialState()
+    torch.manual_seed(cfg.grpo.seed)
+    model, tokenizer = load_policy(
+        cfg.model.model,
+        cfg.model.quant,
+        cfg.model.lora_r,
+        cfg.model.lora_alpha,
+        cfg.model.lora_dropout,
+        # Each process puts its copy on its own GPU (accelerate sets LOCAL_RANK).
+        device=state.device,
+        task=cfg.task.task,
+    )
+    metrics_path, summary_path = out / "metrics.jsonl", out / "summary.json"
+    summary: dict = {"config": cfg.to_dict(), "backend": "trl"}
+    if state.is_main_process:
+        if cfg.grpo.resume:
+            # Lines logged after the last checkpoint will be logged again; the base evaluation
+            # of the interrupted run is kept.
+            step = int(existing[-1].name.split("-")[1])
+            metrics_path.write_text("".join(x + "\n" for x in metrics_up_to(metrics_path, step)))
+            if summary_path.exists():
+                summary = json.loads(summary_path.read_text())
+        else:
+            out.mkdir(parents=True, exist_ok=True)
+            for old in existing:  # --overwrite_output_dir
+                shutil.rmtree(old)
+            for name in ("adapter_model.safetensors", "adapter_config.json", "trainer_state.json"):
+                (out / name).unlink(missing_ok=True)
+            metrics_path.write_text("")
+            if cfg.grpo.eval_seeds:
+                summary["base"] = evaluate(model, tokenizer, cfg)
+            summary_path.write_text(json.dumps(summary, indent=1))
+    state.wait_for_everyone()
+
+    trainer = build_trainer(cfg, model, tokenizer, str(out), progress)
+    trainer.add_callback(MetricsFile(metrics_path))
+    trainer.train(resume_from_checkpoint=bool(cfg.grpo.resume))
+    trainer.save_model(str(out))  # the final adapter, so OUTPUT itself is an adapter directory
+
+    if state.is_main_process:
+        if cfg.grpo.eval_seeds:
+            summary["trained"] = evaluate(trainer.accelerator.unwrap_model(model), tokenizer, cfg)
+        summary["steps"] = cfg.grpo.max_steps
+        summary_path.write_text(json.dumps(summary, indent=1))
+        # The file evaluate.py reads to refuse a checkpoint trained on another task or base.
+        meta = {"step": cfg.grpo.max_steps, "config": cfg.to_dict(), "summary": summary}
+        (out / "trainer_state.json").write_text(json.dumps(meta, indent=1))
+    history = [json.loads(line) for line in metrics_path.read_text().splitlines() if line]
+    return TrainResult(out, cfg.grpo.max_steps, history, summary)
