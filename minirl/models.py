@@ -9,9 +9,11 @@ The recipe is QLoRA's, at any scale:
 Only the LoRA matrices are trained. The reference policy for the KL term is the *same* model
 with its adapters switched off (`model.disable_adapter()`), so no second copy is held.
 
-`name` is `tiny` (the embedded base for the task, from minirl.tiny, built on first use), a
-local checkpoint directory, or a hub id such as `Qwen/Qwen2.5-0.5B-Instruct` (needs internet
-and, in practice, a GPU). `quant="none"` skips quantization; the rest of the path is identical.
+`name` is `tiny` (the embedded base for the task, from minirl.tiny, built on first use),
+`smollm2` (a real 135M chat model converted once from a GGUF file, minirl.smollm2), a local
+checkpoint directory, or a hub id such as `Qwen/Qwen2.5-0.5B-Instruct` (needs internet and, in
+practice, a GPU; minirl.memory estimates what a run needs). `quant="none"` skips quantization;
+the rest of the path is identical.
 """
 
 from __future__ import annotations
@@ -49,6 +51,10 @@ def resolve_model_path(name: str, task: str = "gridnav") -> str:
         from minirl.tiny import TinyRecipe, ensure_tiny
 
         return str(ensure_tiny(TinyRecipe.for_task(task)).path)
+    if name == "smollm2":
+        from minirl.smollm2 import ensure_smollm2
+
+        return str(ensure_smollm2().path)
     if name.startswith((".", "/", "~")) and not Path(name).expanduser().exists():
         raise ModelLoadError(
             f"--model {name!r}: no such directory (use 'tiny', a path or a hub id)"
@@ -67,25 +73,27 @@ def load_tokenizer(path: str) -> PreTrainedTokenizerBase:
     return tokenizer
 
 
+def load_kwargs(quant: str, device: torch.device) -> dict:
+    """The `from_pretrained` arguments for a base in `quant` on `device`."""
+    if quant == "none":
+        return {"dtype": torch.float32}
+    config = BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        # bf16 matmuls on GPUs; the CPU kernels are fastest (and exact enough) in fp32.
+        bnb_4bit_compute_dtype=torch.bfloat16 if device.type == "cuda" else torch.float32,
+    )
+    return {"quantization_config": config, "device_map": {"": device}}
+
+
 def load_base(path: str, quant: str = "nf4", device: torch.device | None = None) -> PreTrainedModel:
     """The frozen base model, 4-bit NF4 (default) or full precision."""
     if quant not in QUANT_CHOICES:
         raise ModelLoadError(f"--quant {quant!r}: valid choices are {', '.join(QUANT_CHOICES)}")
     device = device or default_device()
-    kwargs: dict = {}
-    if quant == "nf4":
-        kwargs["quantization_config"] = BitsAndBytesConfig(
-            load_in_4bit=True,
-            bnb_4bit_quant_type="nf4",
-            # bf16 matmuls on GPUs; the CPU kernels are fastest (and exact enough) in fp32.
-            bnb_4bit_compute_dtype=torch.bfloat16 if device.type == "cuda" else torch.float32,
-        )
-        kwargs["device_map"] = {"": device}
-    else:
-        kwargs["dtype"] = torch.float32
     hf_logging.disable_progress_bar()
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(path, **load_kwargs(quant, device))
     except OSError as err:  # not a directory, not a reachable hub id
         raise ModelLoadError(
             f"--model {path!r} could not be loaded ({str(err).splitlines()[0]}); "
