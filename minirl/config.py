@@ -73,6 +73,17 @@ class GRPOArgs:
         default="group", help="Divide centred rewards by the group std, the batch std, or nothing."
     )
     temperature: float = HfArg(default=1.0, help="Sampling temperature of rollouts.")
+    reuse_kv_cache: bool = HfArg(
+        default=True,
+        help="Keep the KV cache across turns, so a rollout of T turns costs O(T); false "
+        "re-encodes the whole history every turn, O(T^2) (minirl.rollout).",
+    )
+    per_device_train_batch_size: int = HfArg(
+        default=16,
+        help="Episodes per training forward pass. Episodes are sorted by length and cut into "
+        "micro-batches of this size, so each pass pads little; the loss is still computed once "
+        "over the whole step (see minirl.trainer.bucketed_logps).",
+    )
     max_grad_norm: float = HfArg(default=1.0, help="Gradient clipping norm.")
     max_steps: int = HfArg(default=60, aliases=["--steps"], help="Optimizer steps to train.")
     seed: int = HfArg(default=0, help="Seed for task sampling, budgets and generation.")
@@ -206,6 +217,10 @@ def validate(cfg: Config) -> None:
     need(g.max_steps >= 1, f"--max_steps must be >= 1, got {g.max_steps}")
     need(g.save_steps >= 1, f"--save_steps must be >= 1, got {g.save_steps}")
     need(g.logging_steps >= 1, f"--logging_steps must be >= 1, got {g.logging_steps}")
+    need(
+        g.per_device_train_batch_size >= 1,
+        f"--per_device_train_batch_size must be >= 1, got {g.per_device_train_batch_size}",
+    )
     need(t.tasks_per_step >= 1, f"--tasks_per_step must be >= 1, got {t.tasks_per_step}")
     need(t.max_new_tokens >= 1, f"--max_new_tokens must be >= 1, got {t.max_new_tokens}")
     need(g.eval_seeds >= 0, f"--eval_seeds must be >= 0, got {g.eval_seeds}")

@@ -13,18 +13,28 @@ details keep batching honest:
   pad == eos (common for chat models) the eos tokens inside the history are real tokens;
 - a reply ends at its *first* eos; whatever `generate` put after it is padding and is dropped.
 
-Cost: each turn re-encodes the whole history (no KV cache is kept across turns), so an episode of
-T turns costs O(T^2) prompt tokens. At the tiny model's ~200-token conversations that is cheaper
-than the bookkeeping a cross-turn cache would need; for long chats it is the first thing to change.
+Cost, and the KV cache across turns. `generate` keeps a KV cache *within* one call, but a new
+call starts from scratch: the simple path (`reuse_cache=False`) re-encodes the whole history every
+turn, so turn t costs O(t) prompt tokens and an episode of T turns O(T^2). The default path keeps
+the cache `generate` hands back and, next turn, feeds only what is new: the reply's last token,
+the eos that closes it, and the next observation. Those chunks differ in length across episodes,
+so each is left-padded inside the growing grid; the attention mask marks the holes (and the pad
+tokens `generate` appended after an episode's eos) as 0, and position ids follow the mask's
+cumulative sum, so every real token sees exactly the context it would see without holes. The
+prompt work per turn is then flat, and an episode costs O(T). Episodes that finish leave the batch
+and their rows leave the cache. Both paths sample the same tokens from the same seed
+(tests/test_rollout.py); `python -m minirl.bench` measures the difference.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass, field
 
 import torch
 from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.generation.utils import GenerationMixin
 
 import tasks
 from minirl.chat import budget_text, eos_id, prompt_ids, turn_suffix_ids
@@ -104,7 +114,8 @@ def generation_config(
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=eos_id(tokenizer),
         bos_token_id=None,
-        return_dict_in_generate=True,
+        use_cache=True,
+        return_dict_in_generate=True,  # hands back the KV cache, which the next turn reuses
         output_logits=True,  # raw logits, before any processor: the log-probs we store
     )
 
@@ -115,9 +126,56 @@ def left_pad(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, tor
     ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(sequences), width), dtype=torch.long)
     for i, s in enumerate(sequences):
-        ids[i, width - len(s) :] = torch.tensor(s, dtype=torch.long)
-        mask[i, width - len(s) :] = 1
+        if s:
+            ids[i, width - len(s) :] = torch.tensor(s, dtype=torch.long)
+            mask[i, width - len(s) :] = 1
     return ids, mask
+
+
+# transformers 5 renamed generate's `past_key_values` argument (and output field) to `cache`.
+_CACHE_ARG = (
+    "cache"
+    if "cache" in inspect.signature(GenerationMixin.prepare_inputs_for_generation).parameters
+    else "past_key_values"
+)
+
+
+@dataclass
+class CachedGrid:
+    """What the cached path carries from one turn to the next, for the still-active episodes.
+
+    `ids` holds every token fed to the model so far, one row per episode, holes included;
+    `attention` is 1 exactly on the episode's real tokens, so `ids[attention == 1]` is the
+    episode's `input_ids`. `cache` holds the keys and values of all but the last column.
+    """
+
+    ids: torch.Tensor
+    attention: torch.Tensor
+    cache: object
+
+    def advance(
+        self, generated: torch.Tensor, reply_lengths: list[int], keep: list[int], chunks: list
+    ) -> None:
+        """Append this turn's replies, drop finished rows, append each kept row's new chunk.
+
+        `generated` [B, g] is what `generate` added; a row's reply is its first
+        `reply_lengths[row]` tokens, the rest is padding `generate` put after its eos. `chunks`
+        are the tokens each kept row gets before its next reply (closing eos + observation).
+        """
+        width = generated.shape[1]
+        real = torch.tensor([[int(j < n) for j in range(width)] for n in reply_lengths])
+        ids = torch.cat([self.ids, generated], dim=1)[keep]
+        attention = torch.cat([self.attention, real], dim=1)[keep]
+        self.cache.batch_select_indices(torch.tensor(keep, device=_cache_device(self.cache)))
+        chunk_ids, chunk_mask = left_pad(chunks, 0)
+        self.ids = torch.cat([ids, chunk_ids], dim=1)
+        self.attention = torch.cat([attention, chunk_mask], dim=1)
+
+
+def _cache_device(cache: object) -> torch.device:
+    layers = getattr(cache, "layers", None)
+    keys = getattr(layers[0], "keys", None) if layers else None
+    return keys.device if isinstance(keys, torch.Tensor) else torch.device("cpu")
 
 
 @torch.no_grad()
@@ -130,8 +188,13 @@ def rollout(
     temperature: float = 1.0,
     budget_visible: bool = True,
     task_options: dict[str, dict] | None = None,
+    reuse_cache: bool = True,
 ) -> list[Episode]:
-    """Play every spec to the end; one batched `generate` per turn over the active episodes."""
+    """Play every spec to the end; one batched `generate` per turn over the active episodes.
+
+    `reuse_cache=True` keeps the KV cache across turns (O(T) per episode); False re-encodes the
+    whole history every turn (O(T^2)), the simple reference the cached path is tested against.
+    """
     for spec in specs:
         if spec.budget < 1:
             raise ValueError(f"turn budget must be >= 1, got {spec.budget}")
@@ -155,13 +218,22 @@ def rollout(
         episodes.append(episode)
 
     active = list(range(len(specs)))
+    grid: CachedGrid | None = None
     turn = 0
     while active:
-        ids, attention = left_pad([episodes[i].input_ids for i in active], tokenizer.pad_token_id)
+        if grid is None:  # the first turn, or every turn of the simple path
+            ids, attention = left_pad(
+                [episodes[i].input_ids for i in active], tokenizer.pad_token_id
+            )
+            cache_kwargs = {}
+        else:
+            ids, attention = grid.ids, grid.attention
+            cache_kwargs = {_CACHE_ARG: grid.cache}
         out = model.generate(
             input_ids=ids.to(device),
             attention_mask=attention.to(device),
             generation_config=config,
+            **cache_kwargs,
         )
         new_tokens = out.sequences[:, ids.shape[1] :].cpu()
         logits = torch.stack(out.logits, dim=1).float().cpu()  # raw logits, before any processor
@@ -169,13 +241,15 @@ def rollout(
         logps = torch.log_softmax(logits / scale, dim=-1)
         logps = logps.gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1)
 
-        still_active = []
+        still_active, keep_rows, chunks, reply_lengths = [], [], [], []
         for row, i in enumerate(active):
             episode, env = episodes[i], envs[i]
             sampled = new_tokens[row].tolist()
             end = sampled.index(eos) + 1 if eos in sampled else len(sampled)
             reply = sampled[:end]
+            reply_lengths.append(end)
             episode.extend(reply, 1, turn, logps[row, :end].tolist())
+            fed = len(episode.input_ids)  # what the next turn's model input already holds
             if reply[-1] != eos:
                 # Cut off by max_new_tokens: close the message so the template stays well formed.
                 # The added eos was not sampled, so it is not trained on.
@@ -205,6 +279,12 @@ def rollout(
             shown = turns_left if budget_visible else None
             episode.extend(turn_suffix_ids(tokenizer, budget_text(step.observation, shown)), 0, -1)
             still_active.append(i)
+            keep_rows.append(row)
+            chunks.append(episode.input_ids[fed:])
+        if reuse_cache and still_active:
+            if grid is None:
+                grid = CachedGrid(ids, attention, getattr(out, _CACHE_ARG))
+            grid.advance(new_tokens, reply_lengths, keep_rows, chunks)
         active = still_active
         turn += 1
 

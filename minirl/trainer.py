@@ -123,11 +123,61 @@ def token_advantages(
 
 def masked_entropy(logits: torch.Tensor, mask: torch.Tensor, temperature: float) -> float:
     """Mean entropy of the sampling distribution at the assistant tokens (collapse detector)."""
+    total, count = _entropy_sum(logits, mask, temperature)
+    return total / max(count, 1.0)
+
+
+def _entropy_sum(
+    logits: torch.Tensor, mask: torch.Tensor, temperature: float
+) -> tuple[float, float]:
     with torch.no_grad():
         logp = torch.log_softmax(logits[:, :-1].float() / temperature, dim=-1)
         ent = -(logp.exp() * logp).sum(-1)
         m = mask[:, 1:]
-        return float((ent * m).sum() / m.sum().clamp(min=1))
+        return float((ent * m).sum()), float(m.sum())
+
+
+def length_buckets(lengths: list[int], size: int) -> list[list[int]]:
+    """Row indices sorted by length and cut into micro-batches of `size` (the last may be smaller).
+
+    Episodes of similar length share a forward pass, so each pass pads only to its own longest
+    row instead of the batch's; under BudgetMix the lengths differ several-fold.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    return [order[k : k + size] for k in range(0, len(order), size)]
+
+
+def padding_fraction(lengths: list[int], buckets: list[list[int]]) -> float:
+    """Share of the positions fed to the model that are padding, for this micro-batching."""
+    fed = sum(len(rows) * max(lengths[i] for i in rows) for rows in buckets)
+    return 1.0 - sum(lengths) / fed
+
+
+def bucketed_logps(
+    model: torch.nn.Module, batch: Batch, temperature: float, micro_batch_size: int
+) -> tuple[torch.Tensor, float, float]:
+    """Per-token log-probs [B, L] of the whole batch, computed in length-sorted micro-batches.
+
+    The pieces are written back into one [B, L] tensor (autograd follows the copies), so the loss
+    is computed once over the whole batch exactly as with a single padded pass: the same numbers
+    and the same gradient, with less padding computed. The activations of every micro-batch are
+    kept until backward, so this saves compute, not peak memory; gradient accumulation would save
+    memory but needs each loss_type's denominator split across chunks.
+    Returns the log-probs, the mean entropy on assistant tokens, and the padding fraction.
+    """
+    lengths = batch.attention_mask.sum(1).tolist()
+    buckets = length_buckets(lengths, micro_batch_size)
+    logps = torch.zeros(batch.input_ids.shape, device=batch.input_ids.device)
+    entropy, count = 0.0, 0.0
+    for rows in buckets:
+        width = max(lengths[i] for i in rows)
+        index = torch.tensor(rows, device=batch.input_ids.device)
+        ids, attention = batch.input_ids[index, :width], batch.attention_mask[index, :width]
+        logits = model(input_ids=ids, attention_mask=attention).logits
+        logps[index, :width] = grpo.token_logps(logits, ids, temperature)
+        e, c = _entropy_sum(logits, batch.loss_mask[index, :width], temperature)
+        entropy, count = entropy + e, count + c
+    return logps, entropy / max(count, 1.0), padding_fraction(lengths, buckets)
 
 
 def rollout_stats(episodes: list[Episode]) -> dict[str, float]:
@@ -176,6 +226,7 @@ def train_step(
         max_new_tokens=t.max_new_tokens,
         temperature=g.temperature,
         budget_visible=b.budget_visible,
+        reuse_cache=g.reuse_kv_cache,
     )
     rollout_seconds = time.perf_counter() - start
 
@@ -185,15 +236,15 @@ def train_step(
     ref_logps = None
     if g.beta > 0:
         with torch.no_grad(), reference_policy(model):
-            ref_logps = grpo.sequence_logps(
-                model, batch.input_ids, batch.attention_mask, g.temperature
+            ref_logps, _, _ = bucketed_logps(
+                model, batch, g.temperature, g.per_device_train_batch_size
             )
     model.train()
-    losses, stats, entropy, grad_norm, skipped = [], {}, 0.0, 0.0, 0
+    losses, stats, entropy, grad_norm, skipped, pad_frac = [], {}, 0.0, 0.0, 0, 0.0
     for _ in range(g.num_iterations):
-        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
-        logps = grpo.token_logps(logits, batch.input_ids, g.temperature)
-        entropy = masked_entropy(logits, batch.loss_mask, g.temperature)
+        logps, entropy, pad_frac = bucketed_logps(
+            model, batch, g.temperature, g.per_device_train_batch_size
+        )
         loss, stats = grpo.policy_loss(
             logps,
             batch.old_logps,
@@ -239,6 +290,7 @@ def train_step(
         "grad_norm": grad_norm,
         "zero_std_frac": zero_std,
         "skipped_updates": skipped,
+        "padding_fraction": pad_frac,
         "rollout_seconds": rollout_seconds,
         "seconds": time.perf_counter() - start,
     }
@@ -278,11 +330,14 @@ def metrics_up_to(path: Path, step: int) -> list[str]:
 
 def _check_resume_config(saved: dict, cfg: Config) -> None:
     now = cfg.to_dict()
+    # A flag added after the checkpoint was written had its default then.
+    defaults = Config().to_dict()
     diffs = [
         f"--{key}"
         for section in now
         for key in now[section]
-        if key not in RESUMABLE_CHANGES and saved[section].get(key) != now[section][key]
+        if key not in RESUMABLE_CHANGES
+        and saved[section].get(key, defaults[section][key]) != now[section][key]
     ]
     if diffs:
         raise ConfigError(

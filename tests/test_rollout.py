@@ -121,3 +121,55 @@ def test_budget_is_respected_and_bad_budget_rejected(quick_policy) -> None:
     assert all(ep.turns_used <= 2 for ep in episodes)
     with pytest.raises(ValueError, match="budget"):
         rollout(model, tok, [EpisodeSpec("gridnav", 0, 0)])
+
+
+@pytest.mark.parametrize("policy", ["quick_policy", "quick_policy_fp32"])
+def test_cached_and_simple_paths_sample_the_same_episodes(request, policy: str) -> None:
+    """The KV cache across turns is an optimisation only: same seed, same tokens, same log-probs."""
+    model, tok = request.getfixturevalue(policy)
+    # Mixed budgets: rows leave the batch (and the cache) at different turns.
+    batch_specs = [
+        EpisodeSpec("gridnav", s, 2 + i % 6, i) for i, s in enumerate(tasks.TRAIN_SEEDS[:24])
+    ]
+    played = {}
+    for reuse in (False, True):
+        torch.manual_seed(5)
+        played[reuse] = rollout(model, tok, batch_specs, max_new_tokens=3, reuse_cache=reuse)
+    assert len({ep.turns_used for ep in played[True]}) > 2
+    assert sum(ep.truncated_replies for ep in played[True]) > 0, "exercise the added-eos branch"
+    for simple, cached in zip(played[False], played[True], strict=True):
+        assert cached.input_ids == simple.input_ids
+        assert cached.loss_mask == simple.loss_mask
+        assert [t.reply for t in cached.turns] == [t.reply for t in simple.turns]
+        torch.testing.assert_close(
+            torch.tensor(cached.logprobs), torch.tensor(simple.logprobs), atol=1e-5, rtol=0
+        )
+
+
+def test_cached_path_feeds_only_the_new_tokens_each_turn(quick_policy) -> None:
+    """Prompt work per turn: flat with the cache, growing with the history without it."""
+    model, tok = quick_policy
+    base = model.get_base_model()
+    batch_specs = [EpisodeSpec("gridnav", s, 8, i) for i, s in enumerate(tasks.TRAIN_SEEDS[:8])]
+    widths: dict[bool, list[int]] = {}
+    for reuse in (False, True):
+        fed: list[int] = []
+        hook = base.register_forward_pre_hook(
+            lambda _m, _a, kw, fed=fed: fed.append(kw["input_ids"].shape[1]), with_kwargs=True
+        )
+        try:
+            torch.manual_seed(3)
+            episodes = rollout(model, tok, batch_specs, max_new_tokens=4, reuse_cache=reuse)
+        finally:
+            hook.remove()
+        # A forward that takes more than one token is a turn's prefill; the rest decode 1 by 1.
+        widths[reuse] = [w for w in fed if w > 1]
+    turns = max(ep.turns_used for ep in episodes)
+    assert turns >= 4
+    assert len(widths[True]) == len(widths[False]) == turns
+    # Without the cache each prefill re-reads the whole (growing) history ...
+    assert widths[False] == sorted(widths[False]) and widths[False][-1] > 3 * widths[False][1]
+    # ... with it, every later prefill is just the closing tokens and the next observation.
+    suffix = max(len(ep.input_ids) for ep in episodes)  # a loose bound, far above a chunk
+    assert max(widths[True][1:]) <= 2 * widths[True][1] < suffix
+    assert sum(widths[True]) < sum(widths[False]) / 2

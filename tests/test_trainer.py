@@ -146,3 +146,39 @@ def test_update_moves_toward_successes_and_only_lora(quick_policy_fp32) -> None:
             for n, p in model.named_parameters():
                 if p.requires_grad:
                     p.copy_(lora[n])
+
+
+def test_length_buckets_sort_and_cut() -> None:
+    lengths = [30, 10, 50, 20, 40]
+    buckets = trainer.length_buckets(lengths, 2)
+    assert buckets == [[1, 3], [0, 4], [2]]
+    # One padded pass: 5 * 50 positions for 150 real tokens; buckets: 2*20 + 2*40 + 50 = 170.
+    assert trainer.padding_fraction(lengths, [list(range(5))]) == 1 - 150 / 250
+    assert abs(trainer.padding_fraction(lengths, buckets) - (1 - 150 / 170)) < 1e-12
+
+
+def test_bucketed_forward_gives_the_same_loss_and_gradient(quick_policy_fp32) -> None:
+    """Micro-batching by length changes how much padding is computed, not the numbers."""
+    model, tok = quick_policy_fp32
+    torch.manual_seed(0)
+    specs = [EpisodeSpec("gridnav", s, 2 + 2 * (s % 4), s) for s in range(16)]
+    episodes = rollout(model, tok, specs, max_new_tokens=3)
+    batch = to_batch(episodes, tok.pad_token_id, torch.device("cpu"))
+    adv = grpo.trajectory_token_advantages(torch.randn(len(episodes)), batch.loss_mask)
+    params = [p for p in model.parameters() if p.requires_grad]
+    results = {}
+    model.train()
+    for size in (16, 3):
+        logps, entropy, pad = trainer.bucketed_logps(model, batch, 1.0, size)
+        loss, _ = grpo.policy_loss(logps, batch.old_logps, adv, batch.loss_mask)
+        grads = torch.autograd.grad(loss, params)
+        results[size] = (loss.detach(), entropy, pad, grads)
+    model.eval()
+    (loss1, ent1, pad1, g1), (loss3, ent3, pad3, g3) = results[16], results[3]
+    torch.testing.assert_close(loss3, loss1, atol=1e-6, rtol=1e-5)
+    assert abs(ent3 - ent1) < 1e-5
+    for a, b in zip(g3, g1, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
+    lengths = [len(e.input_ids) for e in episodes]
+    assert pad1 == trainer.padding_fraction(lengths, [list(range(16))])
+    assert pad3 < pad1 / 2, (pad3, pad1)
