@@ -100,7 +100,9 @@ def run_study(args: StudyArgs, progress: bool = True) -> dict:
     seeds = study_seeds(args)
     root = Path(args.output)
     root.mkdir(parents=True, exist_ok=True)
-    study: dict = {"args": vars(args).copy(), "tasks": {}, "timings": {}}
+    from minirl.study_report import git_commit
+
+    study: dict = {"args": vars(args).copy(), "commit": git_commit(), "tasks": {}, "timings": {}}
     started = time.perf_counter()
     for task in [t.strip() for t in args.tasks.split(",") if t.strip()]:
         labels = {"base": "base"}

@@ -281,7 +281,8 @@ def write_report(study: dict, root: Path, command: str) -> Path:
     lines = [
         "# The study: what does multi-turn RL improve, on toy tasks?",
         "",
-        f"Produced by `{command}` at commit {git_commit()}, in "
+        # The commit when the study started: code changed while it ran would not be its code.
+        f"Produced by `{command}` at commit {study.get('commit') or git_commit()}, in "
         f"{study['timings']['total_seconds'] / 60:.1f} minutes (training runs reused from an "
         "earlier invocation count as 0).",
         "",
