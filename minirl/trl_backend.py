@@ -239,6 +239,14 @@ def grpo_config(
     )
 
 
+def process_state() -> PartialState:
+    """This process's place in the launch: one process, or one of `accelerate launch`'s.
+
+    Without a GPU, accelerate forms a process group only when told it runs on the CPU.
+    """
+    return PartialState(cpu=not torch.cuda.is_available())
+
+
 class MetricsFile(TrainerCallback):
     """Append every log line TRL emits to OUTPUT/metrics.jsonl (the file minirl's runs write)."""
 
@@ -259,7 +267,7 @@ def build_trainer(
     progress: bool = True,  # noqa: ANN001
 ) -> GRPOTrainer:
     """A GRPOTrainer wired to minirl's rollout, reward and config; `model` is a peft model."""
-    args = grpo_config(cfg, output_dir, PartialState().num_processes, progress)
+    args = grpo_config(cfg, output_dir, process_state().num_processes, progress)
     with warnings.catch_warnings():  # TRL warns that rollout_func is experimental; we know
         warnings.filterwarnings("ignore", message=".*rollout_func.*experimental")
         trainer = GRPOTrainer(
@@ -291,7 +299,7 @@ def train_trl(cfg: Config, progress: bool = True) -> TrainResult:
             f"{out} already holds {existing[-1].name}; pass --resume to continue it, "
             "--overwrite_output_dir to start afresh, or a new --output_dir"
         )
-    state = PartialState()
+    state = process_state()
     torch.manual_seed(cfg.grpo.seed)
     model, tokenizer = load_policy(
         cfg.model.model,

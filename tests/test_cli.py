@@ -111,6 +111,8 @@ def runs(quick_tiny_path: str, tmp_path_factory: pytest.TempPathFactory) -> dict
         # argparse would read a prefix as --learning_rate and start a full default run.
         "abbreviation": ["--learning_rat", "0.1", "--output_dir", fresh],
         "model": ["--model", "./nope", "--output_dir", fresh],
+        "backend": ["--backend", "jax", "--output_dir", fresh],
+        "backend_process": ["--backend", "trl", "--reward_mode", "process", "--output_dir", fresh],
         "resume_empty": [*model, "--output_dir", str(tmp / "empty"), "--resume"],
         # Same flags as the run that made it, so only the corrupt file can be the problem.
         "resume_corrupt": [
@@ -152,6 +154,8 @@ BAD_INPUT = {
     "unknown_flag": ["--no_such_flag"],
     "abbreviation": ["--learning_rat"],
     "model": ["--model", "./nope"],
+    "backend": ["--backend", "jax", "minirl", "trl"],
+    "backend_process": ["--reward_mode process", "--backend trl"],
     "resume_empty": ["--resume", "no checkpoint"],
     "resume_corrupt": ["checkpoint-1", "corrupt"],
     "existing": ["checkpoint-1", "--resume", "--overwrite_output_dir"],

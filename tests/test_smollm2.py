@@ -16,12 +16,13 @@ import pytest
 import torch
 
 import tasks
-from minirl import trainer
+from minirl import grpo, trainer
 from minirl.chat import budget_text
 from minirl.config import BudgetArgs, Config, GRPOArgs, ModelArgs, TaskArgs
 from minirl.models import load_policy, trainable_parameters
 from minirl.rollout import rollout
 from minirl.smollm2 import ensure_smollm2
+from minirl.trainer import to_batch
 
 pytestmark = pytest.mark.slow
 
@@ -116,3 +117,30 @@ def test_one_grpo_step_on_the_real_model(step: dict) -> None:
         assert m["grad_norm"] > 0 and step["moved"]
     else:
         assert m["grad_norm"] == 0 and m["zero_std_frac"] == 1.0
+
+
+def test_an_update_moves_the_real_model_toward_the_better_episode(step: dict) -> None:
+    """The GRPO loss on these two episodes, as if the first had won its group: the gradient
+    reaches the adapters of every layer through the 4-bit weights, and one AdamW step raises the
+    first episode's log-probability against the second's (to first order it must)."""
+    model, tok = step["model"], step["tok"]
+    batch = to_batch(step["episodes"], tok.pad_token_id, torch.device("cpu"))
+    advantages = grpo.trajectory_token_advantages(torch.tensor([1.0, -1.0]), batch.loss_mask)
+    params = trainable_parameters(model)
+    optimizer = torch.optim.AdamW(params, lr=1e-3)
+    model.train()
+    logps = grpo.sequence_logps(model, batch.input_ids, batch.attention_mask)
+    loss, _ = grpo.policy_loss(logps, logps.detach(), advantages, batch.loss_mask)
+    loss.backward()
+    grads = {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
+    assert all(torch.isfinite(g).all() for g in grads.values())
+    for layer in ("layers.0.", "layers.29."):
+        lora_a = [g for n, g in grads.items() if layer in n and "lora_A" in n]
+        assert lora_a and all(g.abs().sum() == 0 for g in lora_a)  # B = 0 at the start
+        lora_b = [g for n, g in grads.items() if layer in n and "lora_B" in n]
+        assert lora_b and all(g.abs().sum() > 0 for g in lora_b)
+    optimizer.step()
+    with torch.no_grad():
+        after = grpo.sequence_logps(model, batch.input_ids, batch.attention_mask)
+    change = ((after - logps.detach()) * batch.loss_mask).sum(dim=1)
+    assert change[0] - change[1] > 0
