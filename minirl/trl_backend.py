@@ -53,9 +53,13 @@ from minirl.trainer import TrainResult, episode_rewards, evaluate, metrics_up_to
 # num_iterations, loss_type, scale_rewards, temperature, max_grad_norm, seed, logging_steps,
 # output_dir) means the same in both and is copied as is.
 MAPPING: dict[str, str] = {
-    "per_device_train_batch_size": "tasks_per_step * num_generations / number of processes: one "
-    "optimizer step sees the whole rollout batch, as in minirl (no gradient accumulation).",
-    "steps_per_generation": "1: a new rollout batch for every optimizer step.",
+    "per_device_train_batch_size": "the same name and meaning (episodes per forward pass), "
+    "capped at tasks_per_step * num_generations / number of processes; TRL does not sort the "
+    "micro-batches by length as minirl.trainer.bucketed_logps does.",
+    "gradient_accumulation_steps": "the micro-batches that make up one process's share of a "
+    "rollout batch, so one optimizer step sees the whole batch, as in minirl.",
+    "steps_per_generation": "= gradient_accumulation_steps: a new rollout batch for every "
+    "optimizer step.",
     "max_steps": "max_steps * num_iterations: TRL counts optimizer steps, minirl counts rollout "
     "batches (each followed by num_iterations epochs).",
     "save_steps": "save_steps * num_iterations, for the same reason.",
@@ -203,6 +207,13 @@ def grpo_config(
             f"--tasks_per_step * --num_generations = {episodes} episodes per step must split "
             f"evenly over {num_processes} processes"
         )
+    per_process = episodes // num_processes
+    micro = min(g.per_device_train_batch_size, per_process)
+    if per_process % micro:
+        raise ConfigError(
+            f"--per_device_train_batch_size {micro} must divide the {per_process} episodes each "
+            "process trains on per step (--backend trl has no ragged last micro-batch)"
+        )
     cuda = torch.cuda.is_available()
     return GRPOConfig(
         output_dir=output_dir,
@@ -218,9 +229,9 @@ def grpo_config(
         max_grad_norm=g.max_grad_norm,
         seed=g.seed,
         logging_steps=g.logging_steps,
-        per_device_train_batch_size=episodes // num_processes,
-        gradient_accumulation_steps=1,
-        steps_per_generation=1,
+        per_device_train_batch_size=micro,
+        gradient_accumulation_steps=per_process // micro,
+        steps_per_generation=per_process // micro,
         max_steps=g.max_steps * g.num_iterations,
         save_steps=g.save_steps * g.num_iterations,
         max_completion_length=t.max_new_tokens * (b.budget if b.mode == "fixed" else b.budget_max),

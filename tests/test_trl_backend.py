@@ -230,6 +230,14 @@ def test_config_mapping(tmp_path: Path) -> None:
     assert not args.bf16  # no CUDA here
     with pytest.raises(ConfigError, match="split evenly over 3 processes"):
         backend.grpo_config(cfg, str(tmp_path), num_processes=3)
+    # minirl's micro-batch maps onto TRL's: accumulated, so one step still sees every episode.
+    cfg.grpo.per_device_train_batch_size = 2
+    micro = backend.grpo_config(cfg, str(tmp_path))
+    assert micro.per_device_train_batch_size == 2 and micro.gradient_accumulation_steps == 4
+    assert micro.steps_per_generation == 4 and micro.generation_batch_size == 2 * G
+    cfg.grpo.per_device_train_batch_size = 3
+    with pytest.raises(ConfigError, match="must divide the 8 episodes"):
+        backend.grpo_config(cfg, str(tmp_path))
     cfg.task.reward_mode = "process"
     with pytest.raises(ConfigError, match="--reward_mode process"):
         validate(cfg)
