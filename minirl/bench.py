@@ -88,10 +88,12 @@ class ForwardCount:
 def model_shape(model: torch.nn.Module) -> dict[str, float]:
     """Weights per token (non-embedding, plus the output head) and the stored weight bytes."""
     config = model.config
+    # bitsandbytes' Linear4bit is an nn.Linear; peft's LoRA wrapper around it is not, so each
+    # base weight counts once, and the (tiny) adapter matrices are left out.
     linear = sum(
         m.in_features * m.out_features
         for name, m in model.named_modules()
-        if hasattr(m, "in_features") and hasattr(m, "out_features") and "lora_" not in name
+        if isinstance(m, torch.nn.Linear) and "lora_" not in name
     )
     stored = sum(p.numel() * p.element_size() for p in model.parameters())
     return {

@@ -6,6 +6,7 @@ import json
 import math
 
 import pytest
+import torch
 
 from minirl import bench
 
@@ -65,3 +66,22 @@ def test_toy_bench_writes_every_measurement(tmp_path, monkeypatch) -> None:
     roof = results["roofline"]
     assert 0 < roof["flops_fraction"] < 1 and 0 < roof["bandwidth_fraction"] < 1
     assert results["peak_memory_mb"] > 100
+
+
+def test_flop_count_uses_every_base_weight_once(quick_policy) -> None:
+    model, _ = quick_policy
+    c = model.config
+    per_layer = 4 * c.hidden_size**2 + 3 * c.hidden_size * c.intermediate_size  # attn + MLP
+    expected = c.num_hidden_layers * per_layer + c.hidden_size * c.vocab_size  # + lm_head
+    shape = bench.model_shape(model)
+    assert shape["linear_weights"] == expected
+    count = bench.ForwardCount()
+    hook = bench.count_forwards(model, count, shape)
+    try:
+        ids = torch.ones(3, 5, dtype=torch.long)
+        model(input_ids=ids, attention_mask=torch.ones_like(ids))
+    finally:
+        hook.remove()
+    attention = 4 * c.num_hidden_layers * c.hidden_size * 3 * 5 * 5
+    assert (count.calls, count.tokens) == (1, 15)
+    assert count.flops == 2 * expected * 15 + attention

@@ -5,13 +5,15 @@ How each kind of block is executed:
 - ```python blocks of one file run in document order in one namespace, like a notebook, in this
   process (the lessons' own `assert`s check their numbers).
 - ```bash blocks run one command per line with bash, in document order, interleaved with the
-  Python blocks of the same file, and must exit 0. Four kinds of line are changed, and only these:
+  Python blocks of the same file, and must exit 0. Five kinds of line are changed, and only these:
   * `python train.py ...` gets ` --steps 2 --eval_seeds 8 --tasks_per_step 2
     --overwrite_output_dir` appended (argparse keeps the last value of a flag), so a documented
     60-step run takes seconds; everything else on the line is used as written.
   * `python evaluate.py ...` gets `--instances 4 --decision_states 16 --bootstrap 100`
     appended, and `python evaluate.py --study ...` gets a toy size (2 training steps, 4
     instances, T in {2, 4}, gridnav only), so documented real-size evaluations take seconds.
+  * `python -m minirl.bench ...` gets a toy size appended (T in {2, 4}, 4 episodes, no timed
+    training steps; tests/test_bench.py times those).
   * `pip install ARGS` runs as `python -m pip install --dry-run --no-index --no-build-isolation
     ARGS`: pip builds the project's metadata and resolves the exact requirements (the torch pin,
     the [dev] extra) against the installed environment, offline, and installs nothing. A line
@@ -66,6 +68,10 @@ STUDY_CAP = [
     "--decision_states",
     "8",
 ]
+BENCH_CAP = [
+    *("--turns", "2,4", "--episodes", "4", "--naive_budget", "2", "--tasks_per_step", "2"),
+    *("--num_generations", "2", "--per_device_train_batch_size", "2", "--train_steps", "0"),
+]
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.S | re.M)
 
 
@@ -107,6 +113,8 @@ def command_for(line: str) -> tuple[list[str], str]:
     if words[:2] == ["python", "evaluate.py"]:
         cap = STUDY_CAP if "--study" in words else EVAL_CAP
         return [python, "evaluate.py", *words[2:], *cap], "exit 0"
+    if words[:3] == ["python", "-m", "minirl.bench"]:
+        return [python, "-m", "minirl.bench", *words[3:], *BENCH_CAP], "exit 0"
     if words[:2] == ["pip", "install"]:
         dry = ["--dry-run", "--no-index", "--no-build-isolation"]
         return [python, "-m", "pip", "install", *dry, *words[2:]], "dry run"
