@@ -193,6 +193,39 @@ def rollout_stats(episodes: list[Episode]) -> dict[str, float]:
     }
 
 
+def draw_groups(cfg: Config, rng: random.Random) -> list[tuple[int, int]]:
+    """One step's groups: (training instance seed, turn budget T) for each of tasks_per_step.
+
+    Both backends draw through here (--backend trl builds its dataset with it), so from the same
+    seed they play the same instances at the same budgets.
+    """
+    t, b = cfg.task, cfg.budget
+    seeds = [rng.choice(tasks.TRAIN_SEEDS) for _ in range(t.tasks_per_step)]
+    budgets = sample_budgets(
+        t.tasks_per_step,
+        mode=b.mode,
+        budget=b.budget,
+        budget_min=b.budget_min,
+        budget_max=b.budget_max,
+        distribution=b.budget_distribution,
+        rng=rng,
+    )
+    return list(zip(seeds, budgets, strict=True))
+
+
+def check_output_dir(out: Path, cfg: Config) -> list[Path]:
+    """The run directory's checkpoints, after refusing to silently resume or overwrite them."""
+    existing = checkpoints(out)
+    if cfg.grpo.resume and not existing:
+        raise CheckpointError(f"--resume: no checkpoint found in {out}")
+    if existing and not cfg.grpo.resume and not cfg.grpo.overwrite_output_dir:
+        raise ConfigError(
+            f"{out} already holds {existing[-1].name}; pass --resume to continue it, "
+            "--overwrite_output_dir to start afresh, or a new --output_dir"
+        )
+    return existing
+
+
 def train_step(
     model: PeftModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -204,19 +237,9 @@ def train_step(
     """One GRPO step; returns its metrics."""
     g, b, t = cfg.grpo, cfg.budget, cfg.task
     start = time.perf_counter()
-    seeds = [rng.choice(tasks.TRAIN_SEEDS) for _ in range(t.tasks_per_step)]
-    budgets = sample_budgets(
-        t.tasks_per_step,
-        mode=b.mode,
-        budget=b.budget,
-        budget_min=b.budget_min,
-        budget_max=b.budget_max,
-        distribution=b.budget_distribution,
-        rng=rng,
-    )
     specs = [
         EpisodeSpec(t.task, seed, budget, group)
-        for group, (seed, budget) in enumerate(zip(seeds, budgets, strict=True))
+        for group, (seed, budget) in enumerate(draw_groups(cfg, rng))
         for _ in range(g.num_generations)
     ]
     episodes = rollout(
@@ -358,14 +381,7 @@ def train(cfg: Config, progress: bool = True) -> TrainResult:
     """Run (or resume) a training run described by `cfg`; see the module docstring."""
     validate(cfg)
     out = Path(cfg.output_dir)
-    existing = checkpoints(out)
-    if cfg.grpo.resume and not existing:
-        raise CheckpointError(f"--resume: no checkpoint found in {out}")
-    if existing and not cfg.grpo.resume and not cfg.grpo.overwrite_output_dir:
-        raise ConfigError(
-            f"{out} already holds {existing[-1].name}; pass --resume to continue it, "
-            "--overwrite_output_dir to start afresh, or a new --output_dir"
-        )
+    existing = check_output_dir(out, cfg)
     torch.manual_seed(cfg.grpo.seed)
     rng = random.Random(cfg.grpo.seed)
     model, tokenizer = load_policy(

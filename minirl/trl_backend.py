@@ -40,13 +40,17 @@ from transformers import PreTrainedTokenizerBase, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 from trl.models import unwrap_model_for_generation
 
-import tasks
-from minirl.budgets import sample_budgets
-from minirl.checkpoint import CheckpointError, checkpoints
 from minirl.config import Config, ConfigError, validate
 from minirl.models import load_policy
 from minirl.rollout import Episode, EpisodeSpec, rollout
-from minirl.trainer import TrainResult, episode_rewards, evaluate, metrics_up_to
+from minirl.trainer import (
+    TrainResult,
+    check_output_dir,
+    draw_groups,
+    episode_rewards,
+    evaluate,
+    metrics_up_to,
+)
 
 # Fields of GRPOConfig that minirl sets from something other than the field of the same name.
 # Every other field minirl passes (num_generations, learning_rate, beta, epsilon, epsilon_high,
@@ -87,22 +91,12 @@ MAPPING: dict[str, str] = {
 
 def episode_dataset(cfg: Config) -> Dataset:
     """max_steps * tasks_per_step episode specs, drawn as minirl.trainer.train_step draws them."""
-    t, b = cfg.task, cfg.budget
     rng = random.Random(cfg.grpo.seed)
-    rows: list[dict] = []
-    for _ in range(cfg.grpo.max_steps):
-        seeds = [rng.choice(tasks.TRAIN_SEEDS) for _ in range(t.tasks_per_step)]
-        budgets = sample_budgets(
-            t.tasks_per_step,
-            mode=b.mode,
-            budget=b.budget,
-            budget_min=b.budget_min,
-            budget_max=b.budget_max,
-            distribution=b.budget_distribution,
-            rng=rng,
-        )
-        for seed, budget in zip(seeds, budgets, strict=True):
-            rows.append({"prompt": {"task": t.task, "seed": seed, "budget": budget}})
+    rows = [
+        {"prompt": {"task": cfg.task.task, "seed": seed, "budget": budget}}
+        for _ in range(cfg.grpo.max_steps)
+        for seed, budget in draw_groups(cfg, rng)
+    ]
     return Dataset.from_list(rows)
 
 
@@ -165,6 +159,7 @@ def make_rollout_func(
                 max_new_tokens=cfg.task.max_new_tokens,
                 temperature=cfg.grpo.temperature,
                 budget_visible=cfg.budget.budget_visible,
+                reuse_cache=cfg.grpo.reuse_kv_cache,
             )
         output = to_trl(episodes, cfg.task.invalid_penalty)
         check_rollout_output(output, len(prompts))
@@ -302,14 +297,7 @@ def train_trl(cfg: Config, progress: bool = True) -> TrainResult:
     """Train with GRPOTrainer; the same run directory rules and outputs as minirl.trainer.train."""
     validate(cfg)
     out = Path(cfg.grpo.output_dir or f"runs/trl-{cfg.budget.mode}-{cfg.task.task}")
-    existing = checkpoints(out)
-    if cfg.grpo.resume and not existing:
-        raise CheckpointError(f"--resume: no checkpoint found in {out}")
-    if existing and not cfg.grpo.resume and not cfg.grpo.overwrite_output_dir:
-        raise ConfigError(
-            f"{out} already holds {existing[-1].name}; pass --resume to continue it, "
-            "--overwrite_output_dir to start afresh, or a new --output_dir"
-        )
+    existing = check_output_dir(out, cfg)
     state = process_state()
     torch.manual_seed(cfg.grpo.seed)
     model, tokenizer = load_policy(
