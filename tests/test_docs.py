@@ -10,8 +10,9 @@ How each kind of block is executed:
     --overwrite_output_dir` appended (argparse keeps the last value of a flag), so a documented
     60-step run takes seconds; everything else on the line is used as written.
   * `python evaluate.py ...` gets `--instances 4 --decision_states 16 --bootstrap 100`
-    appended, and `python evaluate.py --study ...` gets a toy size (2 training steps, 4
-    instances, T in {2, 4}, gridnav only), so documented real-size evaluations take seconds.
+    appended, and `python evaluate.py --study ...` gets a toy size (2 training steps, one
+    seed, 4 instances, T in {2, 4}, gridnav only; tests/test_study.py runs two seeds), so
+    documented real-size evaluations take seconds.
   * `python -m minirl.bench ...` gets a toy size appended (T in {2, 4}, 4 episodes, no timed
     training steps; tests/test_bench.py times those).
   * `pip install ARGS` runs as `python -m pip install --dry-run --no-index --no-build-isolation
@@ -67,6 +68,8 @@ STUDY_CAP = [
     "2,4",
     "--decision_states",
     "8",
+    "--seeds",
+    "0",
 ]
 BENCH_CAP = [
     *("--turns", "2,4", "--episodes", "4", "--naive_budget", "2", "--tasks_per_step", "2"),

@@ -85,7 +85,7 @@ def test_robustness_rule_uses_regret() -> None:
 
 @pytest.mark.slow
 def test_toy_study_writes_every_section_and_plot_from_the_data(tmp_path, monkeypatch) -> None:
-    """The full pipeline at toy size: trains 4 arms x 2 tasks for 2 steps, evaluates, reports."""
+    """The full pipeline at toy size: 4 arms x 2 seeds x 2 tasks, 2 steps each, then the report."""
     from minirl.tiny import TinyRecipe, ensure_tiny
 
     monkeypatch.setenv("MINIRL_CACHE", str(tmp_path / "cache"))
@@ -132,7 +132,9 @@ def test_toy_study_writes_every_section_and_plot_from_the_data(tmp_path, monkeyp
     for task in ("gridnav", "guess"):
         assert report.count(f"### {task}") == 3
         runs = sorted(p.name for p in (out / task / "runs").iterdir())
-        assert runs == ["budgetmix", "fixed-T12", "fixed-T4", "process"]
+        # The default two training seeds give every arm two runs, labelled by seed.
+        arms = ["budgetmix", "fixed-T12", "fixed-T4", "process"]
+        assert runs == [f"{arm}-s{seed}" for arm in arms for seed in (0, 1)]
         for run in runs:  # every arm really trained its 2 steps
             summary = json.loads((out / task / "runs" / run / "summary.json").read_text())
             assert summary["steps"] == 2
@@ -152,7 +154,7 @@ def test_toy_study_writes_every_section_and_plot_from_the_data(tmp_path, monkeyp
     # A second invocation reuses the finished runs instead of training them again.
     assert evaluate.main(flags) == 0
     timings = json.loads((out / "study.json").read_text())["timings"]
-    assert timings["gridnav/budgetmix"]["status"] == "reused"
+    assert timings["gridnav/budgetmix-s1"]["status"] == "reused"
     assert os.environ["MINIRL_CACHE"] == str(tmp_path / "cache")
 
 
