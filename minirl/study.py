@@ -15,6 +15,7 @@ written by hand, every verdict there is computed from these numbers.
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,6 +93,23 @@ def train_missing(cfg: Config, progress: bool) -> str:
     return "resumed" if cfg.grpo.resume else "trained"
 
 
+def git_commit() -> str:
+    """HEAD's short hash, marked when tracked files differ from it; 'unknown' outside git."""
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        return sha + (" (with uncommitted changes)" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
 def run_study(args: StudyArgs, progress: bool = True) -> dict:
     """Train what is missing, evaluate every task, write per-task results; returns study.json."""
     from minirl.compare import compare, write_outputs
@@ -100,8 +118,7 @@ def run_study(args: StudyArgs, progress: bool = True) -> dict:
     seeds = study_seeds(args)
     root = Path(args.output)
     root.mkdir(parents=True, exist_ok=True)
-    from minirl.study_report import git_commit
-
+    # Taken when the study starts: code changed while it runs would not be the code it measured.
     study: dict = {"args": vars(args).copy(), "commit": git_commit(), "tasks": {}, "timings": {}}
     started = time.perf_counter()
     for task in [t.strip() for t in args.tasks.split(",") if t.strip()]:

@@ -17,7 +17,6 @@ shared). With several training seeds the seed spread is reported and added to th
 from __future__ import annotations
 
 import math
-import subprocess
 from pathlib import Path
 
 import tasks
@@ -232,22 +231,6 @@ def process_supervision(results: dict, arms: dict[str, list[str]]) -> dict:
 # ---- the report --------------------------------------------------------------------------------
 
 
-def git_commit() -> str:
-    try:
-        sha = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        return sha + (" (with uncommitted changes)" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def analyse(study: dict, root: Path) -> dict:
     """Every claim's numbers and verdict, per task."""
     out = {}
@@ -281,8 +264,7 @@ def write_report(study: dict, root: Path, command: str) -> Path:
     lines = [
         "# The study: what does multi-turn RL improve, on toy tasks?",
         "",
-        # The commit when the study started: code changed while it ran would not be its code.
-        f"Produced by `{command}` at commit {study.get('commit') or git_commit()}, in "
+        f"Produced by `{command}` at commit {study['commit']}, in "
         f"{study['timings']['total_seconds'] / 60:.1f} minutes (training runs reused from an "
         "earlier invocation count as 0).",
         "",

@@ -209,6 +209,7 @@ def grpo_config(
             f"--per_device_train_batch_size {micro} must divide the {per_process} episodes each "
             "process trains on per step (--backend trl has no ragged last micro-batch)"
         )
+    accumulation = per_process // micro
     cuda = torch.cuda.is_available()
     return GRPOConfig(
         output_dir=output_dir,
@@ -225,8 +226,8 @@ def grpo_config(
         seed=g.seed,
         logging_steps=g.logging_steps,
         per_device_train_batch_size=micro,
-        gradient_accumulation_steps=per_process // micro,
-        steps_per_generation=per_process // micro,
+        gradient_accumulation_steps=accumulation,
+        steps_per_generation=accumulation,
         max_steps=g.max_steps * g.num_iterations,
         save_steps=g.save_steps * g.num_iterations,
         max_completion_length=t.max_new_tokens * (b.budget if b.mode == "fixed" else b.budget_max),

@@ -122,6 +122,9 @@ def test_toy_study_writes_every_section_and_plot_from_the_data(tmp_path, monkeyp
     ]
     assert evaluate.main(flags) == 0
     report = (out / "report.md").read_text()
+    # The report names the commit study.json recorded when the study started.
+    commit = json.loads((out / "study.json").read_text())["commit"]
+    assert commit and f"at commit {commit}, in" in report
     for section in (
         "## 1. Budget dependence",
         "## 2. Where RL helps",
