@@ -6,9 +6,9 @@
 
 Every compared checkpoint plays the same instances from the same seed. The terminal shows one
 table per checkpoint and the deltas against the first; --output gets results.json, results.jsonl
-and PNG plots (see minirl/compare.py). Flags come from `EvalArgs` in minirl/config.py. Bad input
-prints one line and exits with status 2. `--study` takes the flags of `StudyArgs` instead (see
-minirl/study.py).
+and PNG plots (see minirl/eval/compare.py). Flags come from `EvalArgs` in minirl/config.py. Bad
+input prints one line and exits with status 2. `--study` takes the flags of `StudyArgs` instead (see
+minirl/study/run.py).
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import sys
 
 from transformers import HfArgumentParser
 
-from minirl.config import ConfigError, EvalArgs, StudyArgs, validate_eval, validate_study
+from minirl.config import EvalArgs, StudyArgs, validate_eval, validate_study
+from minirl.errors import ConfigError, MinirlError
 
 
 def build_parser() -> HfArgumentParser:
@@ -49,17 +50,16 @@ def study_main(argv: list[str]) -> int:
         return 2
     from pathlib import Path
 
-    from minirl.models import ModelLoadError
-    from minirl.study import run_study
-    from minirl.study_report import write_report
+    from minirl.study.report import write_report
+    from minirl.study.run import run_study
 
     try:
         study = run_study(args)
-    except (ConfigError, ModelLoadError) as err:
+    except MinirlError as err:
         print(f"evaluate.py: error: {err}", file=sys.stderr)
         return 2
     report = write_report(study, Path(args.output), "python evaluate.py --study " + " ".join(argv))
-    print(f"study finished in {study['timings']['total_seconds'] / 60:.1f} min; report: {report}")
+    print(f"study finished in {study.timings['total_seconds'] / 60:.1f} min; report: {report}")
     return 0
 
 
@@ -73,13 +73,12 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"evaluate.py: error: {err}", file=sys.stderr)
         return 2
-    from minirl.compare import compare, write_outputs
-    from minirl.models import ModelLoadError
-    from minirl.tables import print_tables
+    from minirl.eval.compare import compare, write_outputs
+    from minirl.eval.tables import print_tables
 
     try:
         results = compare(args)
-    except (ConfigError, ModelLoadError) as err:
+    except MinirlError as err:
         print(f"evaluate.py: error: {err}", file=sys.stderr)
         return 2
     print_tables(results)

@@ -20,7 +20,8 @@ from trl import TrlParser
 
 # Only the light modules load before parsing: torch, peft and bitsandbytes take seconds to import,
 # and --help or a bad flag should answer at once.
-from minirl.config import BudgetArgs, Config, ConfigError, GRPOArgs, ModelArgs, TaskArgs, validate
+from minirl.config import BudgetArgs, Config, GRPOArgs, ModelArgs, TaskArgs, validate
+from minirl.errors import ConfigError, MinirlError
 
 
 def build_parser() -> TrlParser:
@@ -67,9 +68,6 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"train.py: error: {err}", file=sys.stderr)
         return 2
-    from minirl.checkpoint import CheckpointError
-    from minirl.models import ModelLoadError
-
     if cfg.grpo.backend == "trl":
         from minirl.trl_backend import train_trl as train
     else:
@@ -77,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         result = train(cfg)
-    except (ConfigError, CheckpointError, ModelLoadError) as err:
+    except MinirlError as err:
         print(f"train.py: error: {err}", file=sys.stderr)
         return 2
     summary = result.summary

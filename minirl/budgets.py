@@ -9,11 +9,20 @@ the whole group shares one budget T so its group-normalised advantage compares l
   long budgets) or ``w(T) = 1 / T`` (``short``: more short budgets).
 
 The samplers take an explicit ``random.Random`` so a run's budgets follow from its seed alone.
+``draw_groups`` draws one training step's groups, (instance seed, T) pairs, from that generator;
+both training backends draw through it, so from the same seed they play the same instances at
+the same budgets.
 """
 
 from __future__ import annotations
 
 import random
+from typing import TYPE_CHECKING
+
+import tasks
+
+if TYPE_CHECKING:
+    from minirl.config import Config
 
 MODES: tuple[str, ...] = ("fixed", "budgetmix")
 BUDGET_DISTRIBUTIONS: tuple[str, ...] = ("uniform", "long", "short")
@@ -75,3 +84,19 @@ def sample_budgets(
     probs = budget_probabilities(budget_min, budget_max, distribution)
     # One rng.choices call per batch keeps the draw sequence a simple function of the seed.
     return rng.choices(list(probs), weights=list(probs.values()), k=num_groups)
+
+
+def draw_groups(cfg: Config, rng: random.Random) -> list[tuple[int, int]]:
+    """One step's groups: (training instance seed, turn budget T) for each of tasks_per_step."""
+    t, b = cfg.task, cfg.budget
+    seeds = [rng.choice(tasks.TRAIN_SEEDS) for _ in range(t.tasks_per_step)]
+    budgets = sample_budgets(
+        t.tasks_per_step,
+        mode=b.mode,
+        budget=b.budget,
+        budget_min=b.budget_min,
+        budget_max=b.budget_max,
+        distribution=b.budget_distribution,
+        rng=rng,
+    )
+    return list(zip(seeds, budgets, strict=True))

@@ -9,6 +9,11 @@ A checkpoint is a directory `OUTPUT/checkpoint-<step>/` holding
 It is written to `checkpoint-<step>.tmp/` first and renamed into place, so a run killed mid-write
 leaves the previous checkpoint intact; a directory without the `.tmp` suffix is always complete.
 Loading uses safetensors and `torch.load(weights_only=True)` only: a checkpoint is data, never code.
+
+The run directory around the checkpoints has rules too, kept here with them: a run never silently
+resumes or overwrites an earlier one (`check_output_dir`), a resume must use the flags the run was
+started with (`check_resume_config`), and `metrics.jsonl` is cut back to the checkpoint's step
+(`metrics_up_to`) so the replayed steps are not logged twice.
 """
 
 from __future__ import annotations
@@ -17,16 +22,35 @@ import json
 import os
 import random
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from peft import PeftModel, set_peft_model_state_dict
 from safetensors.torch import load_file
 
+from minirl.config import Config
+from minirl.errors import CheckpointError, ConfigError
 
-class CheckpointError(ValueError):
-    """A missing or unreadable checkpoint (printed by the CLI as a one-line error)."""
+# Flags that may differ between a run and its resumption without changing its results.
+RESUMABLE_CHANGES = {
+    "max_steps",
+    "resume",
+    "overwrite_output_dir",
+    "output_dir",
+    "logging_steps",
+    "save_steps",
+}
+
+
+@dataclass
+class TrainResult:
+    """What a finished run hands back (also written to OUTPUT/summary.json)."""
+
+    output_dir: Path
+    steps: int
+    metrics: list[dict] = field(default_factory=list)
+    summary: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -115,3 +139,53 @@ def load_checkpoint(path: str | Path, model: PeftModel) -> TrainerState:
 def restore_rng(state: TrainerState, rng: random.Random) -> None:
     torch.set_rng_state(state.torch_rng)
     rng.setstate(state.python_rng)
+
+
+def check_output_dir(out: Path, cfg: Config) -> list[Path]:
+    """The run directory's checkpoints, after refusing to silently resume or overwrite them."""
+    existing = checkpoints(out)
+    if cfg.grpo.resume and not existing:
+        raise CheckpointError(f"--resume: no checkpoint found in {out}")
+    if existing and not cfg.grpo.resume and not cfg.grpo.overwrite_output_dir:
+        raise ConfigError(
+            f"{out} already holds {existing[-1].name}; pass --resume to continue it, "
+            "--overwrite_output_dir to start afresh, or a new --output_dir"
+        )
+    return existing
+
+
+def check_resume_config(saved: dict, cfg: Config) -> None:
+    """Refuse to resume with flags that would change the run's results."""
+    now = cfg.to_dict()
+    # A flag added after the checkpoint was written had its default then.
+    defaults = Config().to_dict()
+    diffs = [
+        f"--{key}"
+        for section in now
+        for key in now[section]
+        if key not in RESUMABLE_CHANGES
+        and saved[section].get(key, defaults[section][key]) != now[section][key]
+    ]
+    if diffs:
+        raise ConfigError(
+            f"--resume: the checkpoint was made with different {', '.join(diffs)}; "
+            "resume with the original flags or use a new --output_dir"
+        )
+
+
+def metrics_up_to(path: Path, step: int) -> list[str]:
+    """The metrics lines of steps <= `step`.
+
+    A killed run may have logged steps after its last checkpoint (they will be replayed, so they
+    go), and may have died mid-line (a line that does not parse goes too).
+    """
+    if not path.exists():
+        return []
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            if json.loads(line)["step"] <= step:
+                kept.append(line)
+        except (json.JSONDecodeError, KeyError, TypeError):
+            continue
+    return kept

@@ -1,11 +1,14 @@
-"""The run configuration: four dataclasses whose field names follow TRL's `GRPOConfig`.
+"""The settings of every command, as dataclasses whose field names follow TRL's `GRPOConfig`.
 
-`train.py` parses its command line from these with `trl.TrlParser` (transformers'
-`HfArgumentParser` plus `--config FILE.yaml`), so every field is a flag: `learning_rate` is
-`--learning_rate` or `--learning-rate`, and the `help` of each field is its documentation.
-Where minirl has a concept TRL also has, it uses TRL's name and meaning (`num_generations`, `beta`,
-`epsilon`, `loss_type`, `scale_rewards`, ...); the budget and task fields are minirl's own.
-`validate` turns bad combinations into one-line `ConfigError`s that name the flag.
+- `train.py`: `Config`, four sections (`ModelArgs`, `GRPOArgs`, `BudgetArgs`, `TaskArgs`), parsed
+  with `trl.TrlParser` (transformers' `HfArgumentParser` plus `--config FILE.yaml`);
+- `evaluate.py`: `EvalArgs`, and `StudyArgs` for `--study`;
+- `python -m minirl.tools.bench`: `BenchArgs`.
+Every field is a flag: `learning_rate` is `--learning_rate` or `--learning-rate`, and the `help` of
+each field is its documentation. Where minirl has a concept TRL also has, it uses TRL's name and
+meaning (`num_generations`, `beta`, `epsilon`, `loss_type`, `scale_rewards`, ...); the budget and
+task fields are minirl's own. The `validate*` functions turn bad values and combinations into
+one-line `ConfigError`s that name the flag, before anything heavy loads.
 """
 
 from __future__ import annotations
@@ -18,10 +21,7 @@ from typing import Literal
 from transformers.hf_argparser import HfArg
 
 import tasks
-
-
-class ConfigError(ValueError):
-    """A bad configuration value; the CLI prints it as one line and exits non-zero."""
+from minirl.errors import ConfigError
 
 
 @dataclass
@@ -82,7 +82,7 @@ class GRPOArgs:
         default=16,
         help="Episodes per training forward pass. Episodes are sorted by length and cut into "
         "micro-batches of this size, so each pass pads little; the loss is still computed once "
-        "over the whole step (see minirl.trainer.bucketed_logps).",
+        "over the whole step (see minirl.batch.bucketed_logps).",
     )
     max_grad_norm: float = HfArg(default=1.0, help="Gradient clipping norm.")
     max_steps: int = HfArg(default=60, aliases=["--steps"], help="Optimizer steps to train.")
@@ -371,3 +371,51 @@ def study_seeds(args: StudyArgs) -> list[int]:
     if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
         raise ConfigError(f"--seeds {args.seeds!r}: give distinct integers >= 0")
     return seeds
+
+
+@dataclass
+class BenchArgs:
+    """python -m minirl.tools.bench: rollout, batching, training-step and roofline measurements."""
+
+    model: str = HfArg(
+        default="tiny", help="Base model: 'tiny' (see --warm_start_steps), a path or a hub id."
+    )
+    warm_start_steps: int = HfArg(
+        default=4,
+        help="For --model tiny: warm-start steps of the base. 4 leaves a near-random policy whose "
+        "episodes rarely end before T, so every budget is played in full; 200 is the trained "
+        "default base, whose episodes end early and hide the cost of late turns.",
+    )
+    task: str = HfArg(default="gridnav", help="Environment (see tasks/).")
+    quant: str = HfArg(default="nf4", help="Base weights: 'nf4' (4-bit) or 'none' (fp32).")
+    turns: str = HfArg(default="2,4,8,16", help="Turn budgets T of the rollout-cost sweep.")
+    episodes: int = HfArg(default=64, help="Episodes per rollout (batched, and in the naive loop).")
+    naive_budget: int = HfArg(default=8, help="T of the batched-against-naive comparison.")
+    max_new_tokens: int = HfArg(default=4, help="Token limit of one assistant reply.")
+    tasks_per_step: int = HfArg(default=8, help="Instances per training step (both backends).")
+    num_generations: int = HfArg(default=8, help="G: episodes per instance in a training step.")
+    per_device_train_batch_size: int = HfArg(
+        default=16, help="Episodes per micro-batch of the bucketed training forward."
+    )
+    train_steps: int = HfArg(
+        default=3, help="Timed training steps per backend, after one untimed warm-up (0 = skip)."
+    )
+    backends: str = HfArg(default="minirl,trl", help="Training backends to time.")
+    seed: int = HfArg(default=0, help="Sampling seed; both rollout paths start from it.")
+    output: str = HfArg(default="runs/bench", help="Directory for bench.json and the plot.")
+
+
+def validate_bench(args: BenchArgs) -> None:
+    if args.task not in tasks.NAMES:
+        raise ConfigError(f"--task {args.task!r}: valid tasks are {', '.join(tasks.NAMES)}")
+    parse_ints(args.turns, "turns")
+    for name in ("episodes", "naive_budget", "max_new_tokens", "tasks_per_step"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name} must be >= 1, got {getattr(args, name)}")
+    if args.num_generations < 2:
+        raise ConfigError(f"--num_generations must be >= 2, got {args.num_generations}")
+    if args.warm_start_steps < 1 or args.train_steps < 0:
+        raise ConfigError("need --warm_start_steps >= 1 and --train_steps >= 0")
+    for backend in [b.strip() for b in args.backends.split(",") if b.strip()]:
+        if backend not in ("minirl", "trl"):
+            raise ConfigError(f"--backends {args.backends!r}: valid backends are minirl, trl")

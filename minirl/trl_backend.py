@@ -5,10 +5,10 @@ accelerate, so `accelerate launch train.py --backend trl` spreads a step over se
 DeepSpeed, through an accelerate config). Three pieces plug minirl into it:
 
 1. `episode_dataset`: one row per task instance, whose "prompt" is the episode spec
-   {task, seed, budget}, drawn exactly as minirl.trainer draws them (so both backends play the
-   same instances and budgets from the same seed). TRL's sampler repeats each row
-   `num_generations` times in a row, so the G episodes of a group share their instance and their
-   T: BudgetMix draws one T per group here too.
+   {task, seed, budget}, drawn by minirl.budgets.draw_groups as minirl.trainer draws them (so
+   both backends play the same instances and budgets from the same seed). TRL's sampler repeats
+   each row `num_generations` times in a row, so the G episodes of a group share their instance
+   and their T: BudgetMix draws one T per group here too.
 2. `make_rollout_func`: TRL hands it the prompt rows of this process *as the sampler laid them
    out* (each spec already G times; TRL adds no copies) and expects one completion per row. It
    plays them with minirl.rollout and returns `prompt_ids` (system + first observation),
@@ -40,17 +40,15 @@ from transformers import PreTrainedTokenizerBase, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 from trl.models import unwrap_model_for_generation
 
-from minirl.config import Config, ConfigError, validate
+from minirl.budgets import draw_groups
+from minirl.checkpoint import TrainResult, check_output_dir, metrics_up_to
+from minirl.config import Config, validate
+from minirl.episode import Episode, EpisodeSpec
+from minirl.errors import ConfigError
+from minirl.eval.sampler import run_success
 from minirl.models import load_policy
-from minirl.rollout import Episode, EpisodeSpec, rollout
-from minirl.trainer import (
-    TrainResult,
-    check_output_dir,
-    draw_groups,
-    episode_rewards,
-    evaluate,
-    metrics_up_to,
-)
+from minirl.rewards import outcome_rewards
+from minirl.rollout import rollout
 
 # Fields of GRPOConfig that minirl sets from something other than the field of the same name.
 # Every other field minirl passes (num_generations, learning_rate, beta, epsilon, epsilon_high,
@@ -59,7 +57,7 @@ from minirl.trainer import (
 MAPPING: dict[str, str] = {
     "per_device_train_batch_size": "the same name and meaning (episodes per forward pass), "
     "capped at tasks_per_step * num_generations / number of processes; TRL does not sort the "
-    "micro-batches by length as minirl.trainer.bucketed_logps does.",
+    "micro-batches by length as minirl.batch.bucketed_logps does.",
     "gradient_accumulation_steps": "the micro-batches that make up one process's share of a "
     "rollout batch, so one optimizer step sees the whole batch, as in minirl.",
     "steps_per_generation": "= gradient_accumulation_steps: a new rollout batch for every "
@@ -107,7 +105,7 @@ def to_trl(episodes: list[Episode], invalid_penalty: float) -> dict[str, list]:
         for key in ("prompt_ids", "completion_ids", "logprobs", "env_mask")
         + ("reward", "success", "turns", "budget", "invalid")
     }
-    rewards = episode_rewards(episodes, invalid_penalty)
+    rewards = outcome_rewards(episodes, invalid_penalty)
     for episode, reward in zip(episodes, rewards, strict=True):
         # The prompt is everything before the first sampled token; every reply has at least one.
         start = episode.loss_mask.index(1)
@@ -329,7 +327,7 @@ def train_trl(cfg: Config, progress: bool = True) -> TrainResult:
                 (out / name).unlink(missing_ok=True)
             metrics_path.write_text("")
             if cfg.grpo.eval_seeds:
-                summary["base"] = evaluate(model, tokenizer, cfg)
+                summary["base"] = run_success(model, tokenizer, cfg)
             summary_path.write_text(json.dumps(summary, indent=1))
     state.wait_for_everyone()
 
@@ -340,7 +338,9 @@ def train_trl(cfg: Config, progress: bool = True) -> TrainResult:
 
     if state.is_main_process:
         if cfg.grpo.eval_seeds:
-            summary["trained"] = evaluate(trainer.accelerator.unwrap_model(model), tokenizer, cfg)
+            summary["trained"] = run_success(
+                trainer.accelerator.unwrap_model(model), tokenizer, cfg
+            )
         summary["steps"] = cfg.grpo.max_steps
         summary_path.write_text(json.dumps(summary, indent=1))
         # The file evaluate.py reads to refuse a checkpoint trained on another task or base.

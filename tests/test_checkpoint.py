@@ -18,13 +18,13 @@ from safetensors.torch import load_file
 
 import minirl.grpo
 from minirl.checkpoint import (
-    CheckpointError,
     TrainerState,
     checkpoints,
     load_checkpoint,
     save_checkpoint,
 )
-from minirl.config import BudgetArgs, Config, ConfigError, GRPOArgs, ModelArgs, TaskArgs
+from minirl.config import BudgetArgs, Config, GRPOArgs, ModelArgs, TaskArgs
+from minirl.errors import CheckpointError, ConfigError
 from minirl.models import load_policy
 from minirl.trainer import train
 

@@ -13,7 +13,7 @@ How each kind of block is executed:
     appended, and `python evaluate.py --study ...` gets a toy size (2 training steps, one
     seed, 4 instances, T in {2, 4}, gridnav only; tests/test_study.py runs two seeds), so
     documented real-size evaluations take seconds.
-  * `python -m minirl.bench ...` gets a toy size appended (T in {2, 4}, 4 episodes, no timed
+  * `python -m minirl.tools.bench ...` gets a toy size appended (T in {2, 4}, 4 episodes, no timed
     training steps; tests/test_bench.py times those).
   * `pip install ARGS` runs as `python -m pip install --dry-run --no-index --no-build-isolation
     ARGS`: pip builds the project's metadata and resolves the exact requirements (the torch pin,
@@ -116,8 +116,8 @@ def command_for(line: str) -> tuple[list[str], str]:
     if words[:2] == ["python", "evaluate.py"]:
         cap = STUDY_CAP if "--study" in words else EVAL_CAP
         return [python, "evaluate.py", *words[2:], *cap], "exit 0"
-    if words[:3] == ["python", "-m", "minirl.bench"]:
-        return [python, "-m", "minirl.bench", *words[3:], *BENCH_CAP], "exit 0"
+    if words[:3] == ["python", "-m", "minirl.tools.bench"]:
+        return [python, "-m", "minirl.tools.bench", *words[3:], *BENCH_CAP], "exit 0"
     if words[:2] == ["pip", "install"]:
         dry = ["--dry-run", "--no-index", "--no-build-isolation"]
         return [python, "-m", "pip", "install", *dry, *words[2:]], "dry run"

@@ -4,21 +4,24 @@ from __future__ import annotations
 
 import math
 import statistics
-from types import SimpleNamespace
 
 import pytest
 import torch
 
+from minirl import grpo
+from minirl.batch import to_batch
+from minirl.episode import EpisodeSpec
 from minirl.grpo import (
     LOSS_TYPES,
     group_advantages,
     policy_loss,
-    sequence_logps,
-    token_logps,
+    token_advantages,
     trajectory_token_advantages,
     turn_advantages,
     turn_token_advantages,
 )
+from minirl.rewards import outcome_rewards, progress_rewards
+from minirl.rollout import rollout
 
 EPS = 1e-4
 
@@ -117,32 +120,6 @@ def test_token_broadcast_helpers() -> None:
 
 
 # ----------------------------------------------------------------------------- logprobs
-
-
-def test_token_logps_match_brute_force() -> None:
-    gen = torch.Generator().manual_seed(1)
-    logits = torch.randn(2, 5, 7, generator=gen)
-    ids = torch.randint(0, 7, (2, 5), generator=gen)
-    temp = 0.7
-    got = token_logps(logits, ids, temp)
-    for b in range(2):
-        assert got[b, 0].item() == 0.0
-        for t in range(1, 5):
-            row = [x / temp for x in logits[b, t - 1].tolist()]
-            log_z = math.log(sum(math.exp(x) for x in row))
-            assert got[b, t].item() == pytest.approx(row[ids[b, t].item()] - log_z, abs=1e-5)
-
-
-def test_sequence_logps_runs_the_model() -> None:
-    gen = torch.Generator().manual_seed(2)
-    logits = torch.randn(1, 4, 3, generator=gen)
-    ids = torch.tensor([[0, 2, 1, 1]])
-
-    def model(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> SimpleNamespace:
-        return SimpleNamespace(logits=logits)
-
-    got = sequence_logps(model, ids, torch.ones_like(ids), 1.0)  # type: ignore[arg-type]
-    assert torch.allclose(got, token_logps(logits, ids, 1.0))
 
 
 # ----------------------------------------------------------------------------- the loss
@@ -326,3 +303,54 @@ def test_policy_loss_errors() -> None:
         policy_loss(logps, old, adv, MASK, loss_type="dr_grpo")
     with pytest.raises(ValueError, match="ref_logps"):
         policy_loss(logps, old, adv, MASK, beta=0.1)
+
+
+# ----------------------------------------------------------------------------- on real episodes
+
+
+def episodes_for(quick_policy, n_groups: int = 2, g: int = 4, budget: int = 4):
+    model, tok = quick_policy
+    torch.manual_seed(0)
+    specs = [
+        EpisodeSpec("gridnav", s, budget, i)
+        for i, s in enumerate(range(n_groups))
+        for _ in range(g)
+    ]
+    return rollout(model, tok, specs, max_new_tokens=3)
+
+
+def test_outcome_advantage_is_broadcast_to_assistant_tokens_only(quick_policy) -> None:
+    _, tok = quick_policy
+    episodes = episodes_for(quick_policy)
+    for i, e in enumerate(episodes):
+        e.success = i % 4 == 0  # one success per group of four
+    batch = to_batch(episodes, tok.pad_token_id, torch.device("cpu"))
+    adv, zero_std = token_advantages(outcome_rewards(episodes, 0.0), batch.loss_mask, 4)
+    expected, _ = grpo.group_advantages(torch.tensor([float(e.success) for e in episodes]), 4)
+    assert zero_std == 0.0
+    for i in range(len(episodes)):
+        on = batch.loss_mask[i].bool()
+        assert torch.allclose(adv[i][on], expected[i].expand(int(on.sum())))
+        assert (adv[i][~on] == 0).all()
+    assert expected[0] > 0 > expected[1]
+
+
+def test_process_advantage_credits_each_turn(quick_policy) -> None:
+    _, tok = quick_policy
+    episodes = episodes_for(quick_policy)
+    batch = to_batch(episodes, tok.pad_token_id, torch.device("cpu"))
+    adv, _ = token_advantages(
+        outcome_rewards(episodes, 0.0),
+        batch.loss_mask,
+        4,
+        turn_rewards=[progress_rewards(e) for e in episodes],
+        turn_index=batch.turn_index,
+    )
+    per_turn = grpo.turn_advantages(
+        [progress_rewards(e) for e in episodes], [float(e.success) for e in episodes], 4
+    )
+    for i, e in enumerate(episodes):
+        for k in range(e.turns_used):
+            tokens = batch.turn_index[i] == k
+            assert tokens.any()
+            assert torch.allclose(adv[i][tokens], torch.tensor(per_turn[i][k]))

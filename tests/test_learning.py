@@ -13,7 +13,7 @@ import pytest
 
 from minirl.checkpoint import checkpoints
 from minirl.config import BudgetArgs, Config, GRPOArgs, TaskArgs
-from minirl.evaluation import evaluate_success
+from minirl.eval.sampler import held_out_success
 from minirl.models import load_policy, reference_policy
 from minirl.trainer import train
 
@@ -41,9 +41,9 @@ def test_short_budgetmix_run_beats_the_base(tmp_path) -> None:
 
     model, tok = load_policy("tiny", adapter=checkpoints(tmp_path)[-1], task="gridnav")
     kwargs = dict(max_new_tokens=4, temperature=1.0, budget_visible=True)
-    trained = evaluate_success(model, tok, "gridnav", [MIDDLE], EVAL_SEEDS, **kwargs)[MIDDLE]
+    trained = held_out_success(model, tok, "gridnav", [MIDDLE], EVAL_SEEDS, **kwargs)[MIDDLE]
     with reference_policy(model):
-        base = evaluate_success(model, tok, "gridnav", [MIDDLE], EVAL_SEEDS, **kwargs)[MIDDLE]
+        base = held_out_success(model, tok, "gridnav", [MIDDLE], EVAL_SEEDS, **kwargs)[MIDDLE]
     print(
         f"\n{STEPS} steps in {seconds:.0f} s: held-out success at T={MIDDLE} "
         f"{base.success:.3f} -> {trained.success:.3f}"

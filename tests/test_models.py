@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import json
-import re
-from pathlib import Path
-
 import bitsandbytes as bnb
 import pytest
 import torch
 from bitsandbytes.functional import dequantize_4bit
+from hubstub import HUB_ID, small_qwen_repo, stub_hub_download
 
-from minirl import grpo
-from minirl.models import ModelLoadError, load_base, load_kwargs, load_policy, reference_policy
-from minirl.rollout import EpisodeSpec, rollout
-from minirl.trainer import to_batch
+from minirl.batch import sequence_logps, to_batch
+from minirl.episode import EpisodeSpec
+from minirl.errors import ModelLoadError
+from minirl.models import load_base, load_kwargs, load_policy, reference_policy
+from minirl.rollout import rollout
 
 
 def test_4bit_policy_has_nf4_linears_and_only_lora_trains(quick_policy) -> None:
@@ -72,7 +70,7 @@ def test_nf4_lora_gradients_match_a_full_precision_twin(quick_tiny_path) -> None
     for model in (nf4, fp32):
         model.train()
         model.zero_grad()
-        logps = grpo.sequence_logps(model, batch.input_ids, batch.attention_mask, 1.0)
+        logps = sequence_logps(model, batch.input_ids, batch.attention_mask, 1.0)
         (-(logps * batch.loss_mask).sum()).backward()
         grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad})
     lower = [n for n in grads[0] if "layers.0." in n and "lora_A" in n]
@@ -90,100 +88,8 @@ def test_unknown_model_and_quant_are_clear_errors(quick_tiny_path) -> None:
 
 # ---- a hub model on a GPU, with the download stubbed out ---------------------------------------
 
-HUB_ID = "Qwen/Qwen2.5-0.5B-Instruct"
 # The architecture fields of the model's published config.json.
-QWEN_CONFIG = {
-    "architectures": ["Qwen2ForCausalLM"],
-    "model_type": "qwen2",
-    "hidden_size": 896,
-    "intermediate_size": 4864,
-    "num_hidden_layers": 24,
-    "num_attention_heads": 14,
-    "num_key_value_heads": 2,
-    "vocab_size": 151936,
-    "max_position_embeddings": 32768,
-    "tie_word_embeddings": True,
-    "bos_token_id": 151643,
-    "eos_token_id": 151645,
-    "torch_dtype": "bfloat16",
-}
 # Qwen2.5's chat template without its tool-calling branch.
-QWEN_TEMPLATE = (
-    "{%- if messages[0]['role'] == 'system' %}"
-    "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
-    "{%- else %}{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. "
-    "You are a helpful assistant.<|im_end|>\\n' }}{%- endif %}"
-    "{%- for message in messages %}{%- if not (message.role == 'system' and loop.first) %}"
-    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
-    "{%- endif %}{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
-)
-
-
-def stub_hub_download(cache: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A hub cache holding HUB_ID as a finished download would leave it, and offline mode on.
-
-    transformers then resolves the hub id from this cache exactly as it would after a real
-    download; the returned snapshot directory is where the test puts the repository's files.
-    """
-    import huggingface_hub.constants
-
-    repo = cache / ("models--" + HUB_ID.replace("/", "--"))
-    revision = "0" * 40
-    (repo / "refs").mkdir(parents=True)
-    (repo / "refs" / "main").write_text(revision)
-    snapshot = repo / "snapshots" / revision
-    snapshot.mkdir(parents=True)
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    return snapshot
-
-
-def small_qwen_repo(snapshot: Path) -> None:
-    """A Qwen2 model and a byte-level BPE tokenizer of Qwen's class and template, small and
-    randomly initialised: the real files are 1 GB and no hub is reachable here."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
-
-    import tasks
-
-    bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    corpus = []
-    for name in tasks.NAMES:
-        env = tasks.make(name)
-        corpus += [env.system_prompt, env.reset(0), *env.action_words]
-    trainer = trainers.BpeTrainer(
-        vocab_size=400,
-        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    bpe.train_from_iterator(corpus * 10, trainer)
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=bpe,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        chat_template=QWEN_TEMPLATE,
-    )
-    tokenizer.save_pretrained(snapshot)
-    meta = json.loads((snapshot / "tokenizer_config.json").read_text())
-    (snapshot / "tokenizer_config.json").write_text(
-        json.dumps({**meta, "tokenizer_class": "Qwen2Tokenizer"})
-    )
-    config = Qwen2Config(
-        hidden_size=128,  # widths are multiples of 64 for the CPU NF4 kernels
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        vocab_size=len(tokenizer),
-        tie_word_embeddings=True,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    torch.manual_seed(0)
-    Qwen2ForCausalLM(config).save_pretrained(snapshot)
 
 
 def test_hub_id_loads_in_4bit_with_lora_and_bf16_compute_on_cuda(tmp_path, monkeypatch) -> None:
@@ -208,25 +114,3 @@ def test_hub_id_loads_in_4bit_with_lora_and_bf16_compute_on_cuda(tmp_path, monke
             ids = [i for i, t in zip(ep.input_ids, ep.turn_index, strict=True) if t == k]
             assert tok.decode(ids, skip_special_tokens=True) == turn.reply
         assert tok.decode(ep.input_ids).startswith("<|im_start|>system\ngridnav")
-
-
-def test_readme_memory_estimates_for_qwen_on_a_gpu(tmp_path, monkeypatch) -> None:
-    """The README's table is what minirl.memory computes from the model's config (estimates)."""
-    from transformers import AutoConfig
-
-    from minirl.memory import estimate
-
-    snapshot = stub_hub_download(tmp_path, monkeypatch)
-    (snapshot / "config.json").write_text(json.dumps(QWEN_CONFIG))
-    config = AutoConfig.from_pretrained(HUB_ID)
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    row = r"^\| [^|]+ \| (\d+) \| (\d+) \| [^|]+ \| (\d+) \| ([\d.]+) GiB \|$"
-    rows = re.findall(row, readme, re.M)
-    assert len(rows) == 4
-    for generations, groups, tokens, shown in rows:
-        e = estimate(config, episodes=int(generations) * int(groups), tokens=int(tokens))
-        assert f"{e.total_gib:.1f}" == shown
-    laptop = estimate(config, episodes=4, tokens=300)
-    assert laptop.parameters == 494_032_768  # the model card's "0.49B (0.36B non-embedding)"
-    assert laptop.total_gib < 7.5  # leaves room for the CUDA context on an 8 GB GPU
-    assert laptop.base_gib < 1.0 and laptop.logits_gib > laptop.base_gib

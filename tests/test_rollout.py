@@ -9,10 +9,10 @@ import pytest
 import torch
 
 import tasks
-from minirl import grpo
+from minirl.batch import sequence_logps, to_batch
 from minirl.chat import budget_text
-from minirl.rollout import EpisodeSpec, rollout
-from minirl.trainer import to_batch
+from minirl.episode import EpisodeSpec
+from minirl.rollout import rollout
 
 
 def specs(n: int, budget: int, task: str = "gridnav") -> list[EpisodeSpec]:
@@ -65,7 +65,7 @@ def test_stored_logprobs_match_a_fresh_forward_pass(request, policy: str) -> Non
     episodes = rollout(model, tok, specs(12, 6), max_new_tokens=3, temperature=0.8)
     batch = to_batch(episodes, tok.pad_token_id, torch.device("cpu"))
     with torch.no_grad():
-        fresh = grpo.sequence_logps(model, batch.input_ids, batch.attention_mask, 0.8)
+        fresh = sequence_logps(model, batch.input_ids, batch.attention_mask, 0.8)
     mask = batch.loss_mask.bool()
     assert mask.sum() > 12
     torch.testing.assert_close(fresh[mask], batch.old_logps[mask], atol=2e-4, rtol=1e-4)

@@ -17,12 +17,13 @@ import torch
 
 import tasks
 from minirl import grpo, trainer
+from minirl.batch import sequence_logps, to_batch
 from minirl.chat import budget_text
 from minirl.config import BudgetArgs, Config, GRPOArgs, ModelArgs, TaskArgs
 from minirl.models import load_policy, trainable_parameters
+from minirl.rewards import outcome_rewards
 from minirl.rollout import rollout
 from minirl.smollm2 import ensure_smollm2
-from minirl.trainer import to_batch
 
 pytestmark = pytest.mark.slow
 
@@ -112,7 +113,7 @@ def test_one_grpo_step_on_the_real_model(step: dict) -> None:
     m = step["metrics"]
     assert m["turns"] == 2 and m["skipped_updates"] == 0
     assert torch.isfinite(torch.tensor([m["loss"], m["grad_norm"], m["entropy"]])).all()
-    rewards = trainer.episode_rewards(step["episodes"], 0.5)
+    rewards = outcome_rewards(step["episodes"], 0.5)
     if len(set(rewards)) > 1:  # a non-tied group has a gradient, and the step uses it
         assert m["grad_norm"] > 0 and step["moved"]
     else:
@@ -129,7 +130,7 @@ def test_an_update_moves_the_real_model_toward_the_better_episode(step: dict) ->
     params = trainable_parameters(model)
     optimizer = torch.optim.AdamW(params, lr=1e-3)
     model.train()
-    logps = grpo.sequence_logps(model, batch.input_ids, batch.attention_mask)
+    logps = sequence_logps(model, batch.input_ids, batch.attention_mask)
     loss, _ = grpo.policy_loss(logps, logps.detach(), advantages, batch.loss_mask)
     loss.backward()
     grads = {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
@@ -141,6 +142,6 @@ def test_an_update_moves_the_real_model_toward_the_better_episode(step: dict) ->
         assert lora_b and all(g.abs().sum() > 0 for g in lora_b)
     optimizer.step()
     with torch.no_grad():
-        after = grpo.sequence_logps(model, batch.input_ids, batch.attention_mask)
+        after = sequence_logps(model, batch.input_ids, batch.attention_mask)
     change = ((after - logps.detach()) * batch.loss_mask).sum(dim=1)
     assert change[0] - change[1] > 0

@@ -23,11 +23,13 @@ from trl.trainer.utils import pad
 import tasks
 from minirl import grpo, trainer
 from minirl import trl_backend as backend
+from minirl.batch import sequence_logps, to_batch
 from minirl.chat import budget_text, prompt_ids
-from minirl.config import BudgetArgs, Config, ConfigError, GRPOArgs, ModelArgs, TaskArgs, validate
+from minirl.config import BudgetArgs, Config, GRPOArgs, ModelArgs, TaskArgs, validate
+from minirl.episode import EpisodeSpec
+from minirl.errors import ConfigError
 from minirl.models import load_base, load_policy, reference_policy, resolve_model_path
-from minirl.rollout import EpisodeSpec, rollout
-from minirl.trainer import to_batch
+from minirl.rollout import rollout
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # evaluate.py is a script at the repo root, not part of the package
@@ -278,7 +280,7 @@ def test_minirl_and_trl_losses_agree_on_one_batch(quick_tiny_path: str, tmp_path
     noise = torch.randn(batch.old_logps.shape, generator=torch.Generator().manual_seed(1))
     old = batch.old_logps + 0.3 * noise * batch.loss_mask
     with torch.no_grad(), reference_policy(model):
-        ref = grpo.sequence_logps(model, batch.input_ids, batch.attention_mask)
+        ref = sequence_logps(model, batch.input_ids, batch.attention_mask)
     model.train()
 
     # TRL's layout of the same batch: left-padded prompts, right-padded completions.
@@ -307,7 +309,7 @@ def test_minirl_and_trl_losses_agree_on_one_batch(quick_tiny_path: str, tmp_path
     params = [p for p in model.parameters() if p.requires_grad]
 
     def minirl_loss(loss_type: str, beta: float, old_logps: torch.Tensor | None = None):
-        logps = grpo.sequence_logps(model, batch.input_ids, batch.attention_mask)
+        logps = sequence_logps(model, batch.input_ids, batch.attention_mask)
         loss, _ = grpo.policy_loss(
             logps,
             logps.detach() if old_logps is None else old_logps,
@@ -341,7 +343,7 @@ def test_minirl_and_trl_losses_agree_on_one_batch(quick_tiny_path: str, tmp_path
     trl_trainer.loss_type, trl_trainer.beta = "dapo", 0.04
     trl_trainer.args.use_bias_correction_kl = True
     with torch.no_grad():
-        logps = grpo.sequence_logps(model, batch.input_ids, batch.attention_mask)
+        logps = sequence_logps(model, batch.input_ids, batch.attention_mask)
         on = batch.loss_mask.bool()
         delta, ratio = (ref - logps)[on], (logps - old).exp()[on]
         kl = delta.exp() - delta - 1

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from minirl import budgets, grpo, passkt
+from minirl import budgets, grpo
+from minirl.eval import passkt
 
 
 def group_advantages(

@@ -9,7 +9,7 @@ from fractions import Fraction
 
 import pytest
 
-from minirl.passkt import pass_at_k, pass_at_kt
+from minirl.eval.passkt import pass_at_k, pass_at_kt
 
 
 def brute_force(outcomes: list[int], k: int) -> float:

@@ -8,16 +8,17 @@ For every task it trains (where a finished run is not already there) and then ev
     (e) process     (optional) BudgetMix with the per-turn process reward
 one run per arm and training seed. All arms of a task are evaluated in one `compare` call, so they
 play identical held-out instances from the same sampling seed, and the single-step states come
-from the base policy. minirl.study_report turns the results into report.md; no conclusion is
-written by hand, every verdict there is computed from these numbers.
+from the base policy. The record of what ran is `StudyRecord` (study.json); minirl.study.claims
+and minirl.study.report turn the results into report.md, where no conclusion is written by hand.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from minirl.checkpoint import checkpoints
@@ -32,6 +33,40 @@ from minirl.config import (
     study_seeds,
     validate_study,
 )
+
+
+@dataclass
+class StudyTask:
+    """One task of the study: its results file (relative to the study root) and its runs."""
+
+    results: str
+    arms: dict[str, list[str]]  # arm -> its run labels, one per training seed
+
+
+@dataclass
+class StudyRecord:
+    """study.json: the arguments, the commit measured, the tasks and the timings."""
+
+    args: StudyArgs
+    commit: str
+    tasks: dict[str, StudyTask] = field(default_factory=dict)
+    timings: dict = field(default_factory=dict)  # "task/label": {seconds, status}, total_seconds
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> StudyRecord:
+        return cls(
+            args=StudyArgs(**data["args"]),
+            commit=data["commit"],
+            tasks={name: StudyTask(**entry) for name, entry in data["tasks"].items()},
+            timings=data["timings"],
+        )
+
+
+def load_study(path: str | Path) -> StudyRecord:
+    return StudyRecord.from_json(json.loads(Path(path).read_text()))
 
 
 @dataclass
@@ -82,7 +117,7 @@ def arm_config(args: StudyArgs, task: str, arm: Arm, seed: int, output_dir: Path
 
 def train_missing(cfg: Config, progress: bool) -> str:
     """Train `cfg` unless its run finished before; resume a run that was cut short."""
-    from minirl.trainer import train
+    from minirl.trainer import train  # the study is one of the loop's three callers
 
     out = Path(cfg.output_dir)
     summary = out / "summary.json"
@@ -110,16 +145,16 @@ def git_commit() -> str:
         return "unknown"
 
 
-def run_study(args: StudyArgs, progress: bool = True) -> dict:
-    """Train what is missing, evaluate every task, write per-task results; returns study.json."""
-    from minirl.compare import compare, write_outputs
+def run_study(args: StudyArgs, progress: bool = True) -> StudyRecord:
+    """Train what is missing, evaluate every task, write per-task results and study.json."""
+    from minirl.eval.compare import compare, write_outputs
 
     validate_study(args)
     seeds = study_seeds(args)
     root = Path(args.output)
     root.mkdir(parents=True, exist_ok=True)
     # Taken when the study starts: code changed while it runs would not be the code it measured.
-    study: dict = {"args": vars(args).copy(), "commit": git_commit(), "tasks": {}, "timings": {}}
+    study = StudyRecord(args=dataclasses.replace(args), commit=git_commit())
     started = time.perf_counter()
     for task in [t.strip() for t in args.tasks.split(",") if t.strip()]:
         labels = {"base": "base"}
@@ -129,7 +164,7 @@ def run_study(args: StudyArgs, progress: bool = True) -> dict:
                 out = root / task / "runs" / label
                 t0 = time.perf_counter()
                 status = train_missing(arm_config(args, task, arm, seed, out), progress)
-                study["timings"][f"{task}/{label}"] = {
+                study.timings[f"{task}/{label}"] = {
                     "seconds": round(time.perf_counter() - t0, 1),
                     "status": status,
                 }
@@ -149,11 +184,11 @@ def run_study(args: StudyArgs, progress: bool = True) -> dict:
         )
         results = compare(eval_args, progress=progress)
         write_outputs(results, root / task)
-        study["timings"][f"{task}/evaluation"] = {"seconds": round(time.perf_counter() - t0, 1)}
-        study["tasks"][task] = {
-            "results": f"{task}/results.json",
-            "arms": {a.name: [run_label(a, s, seeds) for s in seeds] for a in arms(args)},
-        }
-    study["timings"]["total_seconds"] = round(time.perf_counter() - started, 1)
-    (root / "study.json").write_text(json.dumps(study, indent=1))
+        study.timings[f"{task}/evaluation"] = {"seconds": round(time.perf_counter() - t0, 1)}
+        study.tasks[task] = StudyTask(
+            results=f"{task}/results.json",
+            arms={a.name: [run_label(a, s, seeds) for s in seeds] for a in arms(args)},
+        )
+    study.timings["total_seconds"] = round(time.perf_counter() - started, 1)
+    (root / "study.json").write_text(json.dumps(study.to_json(), indent=1))
     return study

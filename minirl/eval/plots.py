@@ -6,8 +6,9 @@
 - behaviour.png: single-step optimal-action rate, P(success | an error), and success by horizon,
   side by side per checkpoint; the "where does RL help" question in one figure.
 
-Inputs are the plain dicts of results.json (see minirl.compare), so plots can be redrawn from a
-saved file without re-running anything. matplotlib's Agg backend needs no display.
+Inputs are the typed results of minirl.eval.results, which `load_results` reads back from a
+results.json, so plots can be redrawn from a saved file without re-running anything. matplotlib's
+Agg backend needs no display.
 """
 
 from __future__ import annotations
@@ -21,22 +22,25 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen before pyplot loads)
 
+from minirl.eval.passkt import Cell  # noqa: E402
+from minirl.eval.results import CheckpointResult, Rate  # noqa: E402
+
 
 def slug(name: str) -> str:
     """A file-name-safe form of a checkpoint label."""
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "checkpoint"
 
 
-def _grid(entry: dict) -> tuple[list[int], list[int], dict[tuple[int, int], dict]]:
-    cells = {(c["k"], c["t"]): c for c in entry["grid"]}
+def _grid(entry: CheckpointResult) -> tuple[list[int], list[int], dict[tuple[int, int], Cell]]:
+    cells = {(c.k, c.t): c for c in entry.grid}
     ks = sorted({k for k, _ in cells})
     ts = sorted({t for _, t in cells})
     return ks, ts, cells
 
 
-def heatmap(entry: dict, title: str, path: Path) -> Path:
+def heatmap(entry: CheckpointResult, title: str, path: Path) -> Path:
     ks, ts, cells = _grid(entry)
-    values = [[cells[(k, t)]["mean"] for t in ts] for k in ks]
+    values = [[cells[(k, t)].mean for t in ts] for k in ks]
     fig, ax = plt.subplots(figsize=(1.0 + 0.6 * len(ts), 1.4 + 0.5 * len(ks)))
     image = ax.imshow(values, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto", origin="lower")
     for i, row in enumerate(values):
@@ -62,14 +66,14 @@ def heatmap(entry: dict, title: str, path: Path) -> Path:
     return path
 
 
-def curves(entries: dict[str, dict], title: str, path: Path) -> Path:
+def curves(entries: dict[str, CheckpointResult], title: str, path: Path) -> Path:
     ks = _grid(next(iter(entries.values())))[0]
     fig, axes = plt.subplots(1, len(ks), figsize=(3.2 * len(ks), 3.0), sharey=True, squeeze=False)
     for ax, k in zip(axes[0], ks, strict=True):
         for name, entry in entries.items():
             _, ts, cells = _grid(entry)
-            mean = [cells[(k, t)]["mean"] for t in ts]
-            err = [cells[(k, t)]["stderr"] for t in ts]
+            mean = [cells[(k, t)].mean for t in ts]
+            err = [cells[(k, t)].stderr for t in ts]
             (line,) = ax.plot(ts, mean, marker="o", markersize=3, label=name)
             ax.fill_between(
                 ts,
@@ -111,16 +115,17 @@ def _bars(ax: plt.Axes, groups: list[str], series: dict[str, list[float]], ylabe
     ax.grid(axis="y", alpha=0.3)
 
 
-def behaviour(entries: dict[str, dict], title: str, path: Path) -> Path:
+def behaviour(entries: dict[str, CheckpointResult], title: str, path: Path) -> Path:
     names = list(entries)
+    analyses = {n: entries[n].analysis for n in names}
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
     quality = {
         n: [
-            entries[n]["analysis"]["decision"]["optimal"]["rate"],
-            entries[n]["analysis"]["recovery"]["no_error"]["rate"],
-            entries[n]["analysis"]["recovery"]["after_error"]["rate"],
+            a.decision.optimal.rate,
+            a.recovery.no_error.rate,
+            a.recovery.after_error.rate,
         ]
-        for n in names
+        for n, a in analyses.items()
     }
     _bars(
         axes[0],
@@ -130,27 +135,18 @@ def behaviour(entries: dict[str, dict], title: str, path: Path) -> Path:
     )
     axes[0].set_title("single-step quality vs error recovery", fontsize=9)
 
-    turns = sorted(
-        {int(j) for n in names for j in entries[n]["analysis"]["recovery"]["by_first_error_turn"]}
-    )
+    missing = Rate(math.nan, 0)
+    turns = sorted({j for a in analyses.values() for j in a.recovery.by_first_error_turn})
     by_turn = {
-        n: [
-            entries[n]["analysis"]["recovery"]["by_first_error_turn"].get(
-                str(j), {"rate": math.nan}
-            )["rate"]
-            for j in turns
-        ]
-        for n in names
+        n: [a.recovery.by_first_error_turn.get(j, missing).rate for j in turns]
+        for n, a in analyses.items()
     }
     _bars(axes[1], [str(j) for j in turns], by_turn, "P(success | first error at turn j)")
     axes[1].set_xlabel("turn j of the first error")
     axes[1].set_title("recovery by when the first error happens", fontsize=9)
 
-    buckets = list(next(iter(entries.values()))["analysis"]["horizon"])
-    horizon = {
-        n: [entries[n]["analysis"]["horizon"].get(b, {"rate": math.nan})["rate"] for b in buckets]
-        for n in names
-    }
+    buckets = list(analyses[names[0]].horizon)
+    horizon = {n: [a.horizon.get(b, missing).rate for b in buckets] for n, a in analyses.items()}
     _bars(axes[2], buckets, horizon, "success rate")
     axes[2].set_xlabel("optimal solution length")
     axes[2].set_title("long-horizon resilience", fontsize=9)

@@ -2,39 +2,47 @@
 
 This is the engine behind `evaluate.py` (and the study). For each checkpoint it
 1. loads the base model with that checkpoint's LoRA adapter (`base` = no adapter),
-2. plays n episodes per instance and budget with minirl.sweep, from the same sampling seed,
-3. turns the success counts into the K x T grid (minirl.passkt),
-4. runs the analyses (minirl.analysis) on the episodes at the largest T, and single-step
+2. plays n episodes per instance and budget (minirl.eval.sampler), from the same sampling seed,
+3. turns the success counts into the K x T grid (minirl.eval.passkt),
+4. runs the analyses (minirl.eval.analysis) on the episodes at the largest T, and single-step
    quality on one set of states sampled once from the base policy.
-It then writes results.json (grid + analyses + metadata), results.jsonl (the grid as a flat
-table, `datasets.load_dataset("json", data_files=...)`), and the PNGs of minirl.plots.
+It returns the typed results (minirl.eval.results) and writes results.json (grid + analyses +
+metadata), results.jsonl (the grid as a flat table,
+`datasets.load_dataset("json", data_files=...)`) and the PNGs of minirl.eval.plots.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import math
 import time
-from dataclasses import asdict
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import torch
 
 import tasks
-from minirl.analysis import (
+from minirl.checkpoint import checkpoints as run_checkpoints
+from minirl.config import EvalArgs, validate_eval
+from minirl.errors import ConfigError
+from minirl.eval.analysis import (
     decision_quality,
     error_recovery,
     sample_states,
     success_by_horizon,
     turn_efficiency,
 )
-from minirl.checkpoint import checkpoints as run_checkpoints
-from minirl.config import ConfigError, EvalArgs, validate_eval
+from minirl.eval.passkt import pass_at_kt
+from minirl.eval.results import (
+    Analysis,
+    CheckpointResult,
+    EvalMeta,
+    EvalResults,
+    save_results,
+)
+from minirl.eval.sampler import episodes_to_play, success_counts, sweep
 from minirl.models import load_policy
-from minirl.passkt import pass_at_kt
-from minirl.progress import make_progress
-from minirl.sweep import episodes_to_play, success_counts, sweep
+from minirl.progress import progress_bar
 
 BASE = "base"
 
@@ -100,40 +108,10 @@ def checkpoint_labels(text: str) -> dict[str, str]:
     return labels
 
 
-def _jsonable(value: object) -> object:
-    """Dataclasses to dicts, int keys to strings, NaN to None (strict JSON has no NaN)."""
-    if hasattr(value, "__dataclass_fields__"):
-        value = asdict(value)  # type: ignore[arg-type]
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    return value
-
-
-def _nan_back(value: object) -> object:
-    """Inverse of the NaN -> None step, so plots and tables can treat every rate as a float."""
-    if isinstance(value, dict):
-        return {
-            k: (math.nan if k == "rate" and v is None else _nan_back(v)) for k, v in value.items()
-        }
-    if isinstance(value, list):
-        return [_nan_back(v) for v in value]
-    return value
-
-
-def load_results(path: str | Path) -> dict:
-    """Read a results.json back, with missing rates as NaN."""
-    return _nan_back(json.loads(Path(path).read_text()))  # type: ignore[return-value]
-
-
-def compare(args: EvalArgs, progress: bool = True) -> dict:
-    """Evaluate every checkpoint of `args`; returns the results dict that results.json holds."""
+def compare(args: EvalArgs, progress: bool = True) -> EvalResults:
+    """Evaluate every checkpoint of `args` on the same instances, states and sampling seed."""
     ks, ts = validate_eval(args)
     labelled = checkpoint_labels(args.checkpoints)
-    names = list(labelled)
     paths = {
         name: resolve_checkpoint(spec, args.task, args.model) for name, spec in labelled.items()
     }
@@ -145,32 +123,28 @@ def compare(args: EvalArgs, progress: bool = True) -> dict:
         temperature=args.temperature,
         batch_size=args.batch_size,
     )
-    results: dict = {
-        "meta": {
-            "task": args.task,
-            "model": args.model,
-            "quant": args.quant,
-            "seeds": seeds,
-            "n": args.n,
-            "ks": ks,
-            "ts": ts,
-            "seed": args.seed,
-            "budget_visible": args.budget_visible,
-            "mode": "visible: each T rolled out separately"
+    results = EvalResults(
+        EvalMeta(
+            task=args.task,
+            model=args.model,
+            quant=args.quant,
+            seeds=seeds,
+            n=args.n,
+            ks=ks,
+            ts=ts,
+            seed=args.seed,
+            budget_visible=args.budget_visible,
+            mode="visible: each T rolled out separately"
             if args.budget_visible
             else f"hidden: one rollout at T={t_max}, truncated to every T",
-            "temperature": args.temperature,
-            "max_new_tokens": args.max_new_tokens,
-            "analysis_budget": t_max,
-            "minirl_version": minirl_version(),
-            "device": "cuda" if torch.cuda.is_available() else "cpu",
-        },
-        "checkpoints": {},
-    }
-    bar = make_progress() if progress else None
-    if bar is not None:
-        bar.start()
-    try:
+            temperature=args.temperature,
+            max_new_tokens=args.max_new_tokens,
+            analysis_budget=t_max,
+            minirl_version=minirl_version(),
+            device="cuda" if torch.cuda.is_available() else "cpu",
+        )
+    )
+    with progress_bar(disable=not progress) as bar:
         # The fixed states of the single-step analysis: one base episode per instance at T_max,
         # from a seed of their own, whatever checkpoints are compared.
         base_model, tokenizer = load_policy(args.model, args.quant, task=args.task)
@@ -185,22 +159,15 @@ def compare(args: EvalArgs, progress: bool = True) -> dict:
             **rollout_kwargs,
         )[t_max]
         states = sample_states(state_episodes, args.decision_states, seed=args.seed)
-        results["meta"]["decision_states"] = [
-            {"seed": s.seed, "turn": len(s.replies) + 1, "replies": s.replies} for s in states
+        results.meta.decision_states = [
+            {"seed": s.seed, "turn": len(s.replies) + 1, "replies": list(s.replies)} for s in states
         ]
         del base_model
         total = episodes_to_play(ts, len(seeds), args.n, args.budget_visible)
-        for name in names:
+        for name, path in paths.items():
             started = time.perf_counter()
-            model, tokenizer = load_policy(
-                args.model, args.quant, adapter=paths[name], task=args.task
-            )
-            job = bar.add_task(f"eval {name}", total=total, metrics="") if bar else None
-
-            def advance(done: int, job: object = job) -> None:
-                if bar is not None:
-                    bar.update(job, completed=min(done, total))
-
+            model, tokenizer = load_policy(args.model, args.quant, adapter=path, task=args.task)
+            job = bar.add_task(f"eval {name}", total=total, metrics="")
             episodes = sweep(
                 model,
                 tokenizer,
@@ -209,7 +176,7 @@ def compare(args: EvalArgs, progress: bool = True) -> dict:
                 seeds,
                 args.n,
                 seed=args.seed,
-                on_batch=advance,
+                on_batch=lambda done, job=job: bar.update(job, completed=min(done, total)),
                 **rollout_kwargs,
             )
             grid = pass_at_kt(
@@ -230,76 +197,57 @@ def compare(args: EvalArgs, progress: bool = True) -> dict:
                 batch_size=args.batch_size,
             )
             at_max = episodes[t_max]
-            results["checkpoints"][name] = {
-                "path": str(paths[name]) if paths[name] else None,
-                "grid": grid.rows(),
-                "analysis": _jsonable(
-                    {
-                        "decision": decision,
-                        "recovery": error_recovery(at_max),
-                        "horizon": success_by_horizon(at_max),
-                        "efficiency": {t: turn_efficiency(episodes[t]) for t in ts},
-                        "invalid_rate": sum(not x.valid for e in at_max for x in e.turns)
-                        / max(1, sum(e.turns_used for e in at_max)),
-                    }
+            turns = sum(e.turns_used for e in at_max)
+            results.checkpoints[name] = CheckpointResult(
+                path=str(path) if path else None,
+                grid=[grid.cells[(k, t)] for k in grid.ks for t in grid.ts],
+                analysis=Analysis(
+                    decision=decision,
+                    recovery=error_recovery(at_max),
+                    horizon=success_by_horizon(at_max),
+                    efficiency={t: turn_efficiency(episodes[t]) for t in ts},
+                    invalid_rate=sum(not x.valid for e in at_max for x in e.turns) / max(1, turns),
                 ),
-                "seconds": round(time.perf_counter() - started, 2),
-            }
+                seconds=round(time.perf_counter() - started, 2),
+            )
             del model
-    finally:
-        if bar is not None:
-            bar.stop()
-    return _nan_back(_jsonable(results))  # type: ignore[return-value]
+    return results
 
 
-def write_outputs(results: dict, output: str | Path) -> list[Path]:
+def write_outputs(results: EvalResults, output: str | Path) -> list[Path]:
     """results.json, results.jsonl and the PNGs; returns the paths written."""
-    from minirl import plots
+    from minirl.eval import plots
 
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
-    written = [out / "results.json", out / "results.jsonl"]
-    tmp = out / "results.json.tmp"  # a crash mid-write must not leave a truncated results.json
-    tmp.write_text(json.dumps(_jsonable(results), indent=1))
-    tmp.replace(out / "results.json")
+    written = [save_results(results, out / "results.json"), out / "results.jsonl"]
+    meta = results.meta
     with open(out / "results.jsonl", "w") as f:
-        for name, entry in results["checkpoints"].items():
-            for row in entry["grid"]:
-                f.write(
-                    json.dumps(
-                        {
-                            "checkpoint": name,
-                            "task": results["meta"]["task"],
-                            "budget_visible": results["meta"]["budget_visible"],
-                            **row,
-                        }
-                    )
-                    + "\n"
-                )
-    task = results["meta"]["task"]
-    hidden = "" if results["meta"]["budget_visible"] else ", budget hidden"
-    for name, entry in results["checkpoints"].items():
+        for name, entry in results.checkpoints.items():
+            for cell in entry.grid:
+                row = {"checkpoint": name, "task": meta.task, "budget_visible": meta.budget_visible}
+                f.write(json.dumps({**row, **dataclasses.asdict(cell)}) + "\n")
+    hidden = "" if meta.budget_visible else ", budget hidden"
+    for name, entry in results.checkpoints.items():
         written.append(
             plots.heatmap(
                 entry,
-                f"Pass@(K,T): {name} on {task}{hidden}",
+                f"Pass@(K,T): {name} on {meta.task}{hidden}",
                 out / f"heatmap_{plots.slug(name)}.png",
             )
         )
-    entries = results["checkpoints"]
-    n_inst = len(results["meta"]["seeds"])
     written.append(
         plots.curves(
-            entries,
-            f"Pass@(K,T) against T on {task} ({n_inst} instances, "
-            f"n={results['meta']['n']}{hidden})",
+            results.checkpoints,
+            f"Pass@(K,T) against T on {meta.task} ({len(meta.seeds)} instances, "
+            f"n={meta.n}{hidden})",
             out / "passkt_curves.png",
         )
     )
     written.append(
         plots.behaviour(
-            entries,
-            f"Where does RL help? {task}, T={results['meta']['analysis_budget']}",
+            results.checkpoints,
+            f"Where does RL help? {meta.task}, T={meta.analysis_budget}",
             out / "behaviour.png",
         )
     )

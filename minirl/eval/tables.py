@@ -13,26 +13,32 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
+from minirl.eval.passkt import Cell
+from minirl.eval.results import CheckpointResult, EvalResults, Rate
 
-def _cells(entry: dict) -> dict[tuple[int, int], dict]:
-    return {(c["k"], c["t"]): c for c in entry["grid"]}
+
+def _cells(entry: CheckpointResult) -> dict[tuple[int, int], Cell]:
+    return {(c.k, c.t): c for c in entry.grid}
 
 
-def grid_table(name: str, entry: dict, ks: list[int], ts: list[int]) -> Table:
+def grid_table(name: str, entry: CheckpointResult, ks: list[int], ts: list[int]) -> Table:
     cells = _cells(entry)
     table = Table(title=f"Pass@(K,T): {name}  (mean ± stderr over instances)")
     table.add_column("K \\ T", justify="right", style="bold")
     for t in ts:
         table.add_column(str(t), justify="right")
     for k in ks:
-        table.add_row(
-            str(k), *(f"{cells[(k, t)]['mean']:.3f}±{cells[(k, t)]['stderr']:.3f}" for t in ts)
-        )
+        table.add_row(str(k), *(f"{cells[(k, t)].mean:.3f}±{cells[(k, t)].stderr:.3f}" for t in ts))
     return table
 
 
 def delta_table(
-    name: str, entry: dict, ref_name: str, ref: dict, ks: list[int], ts: list[int]
+    name: str,
+    entry: CheckpointResult,
+    ref_name: str,
+    ref: CheckpointResult,
+    ks: list[int],
+    ts: list[int],
 ) -> Table:
     a, b = _cells(entry), _cells(ref)
     table = Table(title=f"{name} − {ref_name}  (* = beyond 2 stderr)")
@@ -42,8 +48,8 @@ def delta_table(
     for k in ks:
         row = []
         for t in ts:
-            d = a[(k, t)]["mean"] - b[(k, t)]["mean"]
-            se = math.hypot(a[(k, t)]["stderr"], b[(k, t)]["stderr"])
+            d = a[(k, t)].mean - b[(k, t)].mean
+            se = math.hypot(a[(k, t)].stderr, b[(k, t)].stderr)
             mark = "*" if se > 0 and abs(d) > 2 * se else " "
             colour = "green" if d > 0 else "red" if d < 0 else "white"
             row.append(f"[{colour}]{d:+.3f}{mark}[/]")
@@ -51,14 +57,14 @@ def delta_table(
     return table
 
 
-def _rate(r: dict) -> str:
-    if r["rate"] is None or math.isnan(r["rate"]):
+def _rate(r: Rate) -> str:
+    if math.isnan(r.rate):
         return "n/a"
-    return f"{r['rate']:.3f} ({r['count']})"
+    return f"{r.rate:.3f} ({r.count})"
 
 
-def behaviour_table(results: dict) -> Table:
-    t_max = results["meta"]["analysis_budget"]
+def behaviour_table(results: EvalResults) -> Table:
+    t_max = results.meta.analysis_budget
     table = Table(title=f"Behaviour at T={t_max}  (rate (count))")
     for column in (
         "checkpoint",
@@ -69,25 +75,26 @@ def behaviour_table(results: dict) -> Table:
         "turns on success",
     ):
         table.add_column(column, justify="right")
-    for name, entry in results["checkpoints"].items():
-        a = entry["analysis"]
-        eff = a["efficiency"][str(t_max)]["mean_turns"]
+    for name, entry in results.checkpoints.items():
+        a = entry.analysis
+        eff = a.efficiency[t_max].mean_turns
         table.add_row(
             name,
-            _rate(a["decision"]["optimal"]),
-            _rate(a["recovery"]["no_error"]),
-            _rate(a["recovery"]["after_error"]),
-            f"{a['invalid_rate']:.3f}",
-            "n/a" if eff is None or math.isnan(eff) else f"{eff:.2f}",
+            _rate(a.decision.optimal),
+            _rate(a.recovery.no_error),
+            _rate(a.recovery.after_error),
+            f"{a.invalid_rate:.3f}",
+            "n/a" if math.isnan(eff) else f"{eff:.2f}",
         )
     return table
 
 
-def print_tables(results: dict, console: Console | None = None) -> None:
+def print_tables(results: EvalResults, console: Console | None = None) -> None:
     # Off a terminal (a log file, CI) rich assumes 80 columns and would cut numbers short.
     console = console or Console(width=None if sys.stdout.isatty() else 160)
-    ks, ts = results["meta"]["ks"], results["meta"]["ts"]
-    entries = results["checkpoints"]
+    meta = results.meta
+    ks, ts = meta.ks, meta.ts
+    entries = results.checkpoints
     ref_name = next(iter(entries))
     for name, entry in entries.items():
         console.print(grid_table(name, entry, ks, ts))
@@ -95,6 +102,5 @@ def print_tables(results: dict, console: Console | None = None) -> None:
         console.print(delta_table(name, entry, ref_name, entries[ref_name], ks, ts))
     console.print(behaviour_table(results))
     console.print(
-        f"mode: budget {results['meta']['mode']}; {len(results['meta']['seeds'])} "
-        f"instances × n={results['meta']['n']}, seed {results['meta']['seed']}"
+        f"mode: budget {meta.mode}; {len(meta.seeds)} instances × n={meta.n}, seed {meta.seed}"
     )

@@ -1,7 +1,9 @@
-"""The evaluation sweep: n episodes per held-out instance at every turn budget T.
+"""The evaluation sampler: n episodes per held-out instance at every turn budget T.
 
-This produces the raw material of Pass@(K,T) (minirl.passkt) and of the behaviour analyses
-(minirl.analysis), through the same batched `rollout` that training uses. Two modes:
+Every evaluation in minirl plays its episodes here, through the same batched `rollout` that
+training uses: the Pass@(K,T) grid (minirl.eval.passkt), the behaviour analyses
+(minirl.eval.analysis), and the before/after success every training run reports
+(`held_out_success`). Two modes:
 
 - budget visible: the model reads "turns left: k", so an episode at budget T is a different
   episode from one at T' and every T is rolled out separately (cost grows with sum(T));
@@ -10,19 +12,37 @@ This produces the raw material of Pass@(K,T) (minirl.passkt) and of the behaviou
   t <= T_max, gives all budgets (cost grows with max(T)). An episode succeeds at budget t iff it
   succeeded within its first t turns.
 
-Sampling is re-seeded from `seed` before each sweep (and the global RNG restored afterwards), so
-every compared checkpoint plays the same instances, in the same order, from the same seed.
+Sampling is re-seeded from `seed` before each sweep (and the global RNG restored afterwards,
+`seeded`), so every compared checkpoint plays the same instances, in the same order, from the same
+seed, and an evaluation in the middle of training neither depends on nor disturbs the training
+run's random stream (which keeps resumes exact).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from minirl.rollout import Episode, EpisodeSpec, rollout
+import tasks
+from minirl.config import Config
+from minirl.episode import Episode, EpisodeSpec, turn_rates
+from minirl.rollout import rollout
+
+
+@contextlib.contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """Sample from torch's global RNG seeded with `seed`, then put the caller's state back."""
+    saved = torch.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        yield
+    finally:
+        torch.set_rng_state(saved)
 
 
 def truncate(episode: Episode, t: int) -> Episode:
@@ -81,11 +101,9 @@ def sweep(
     if n < 1 or not seeds:
         raise ValueError("need n >= 1 episodes on at least one instance")
     rollout_budgets = sorted(set(ts)) if budget_visible else [max(ts)]
-    saved = torch.get_rng_state()
-    torch.manual_seed(seed)
     played: dict[int, list[Episode]] = {}
     done = 0
-    try:
+    with seeded(seed):
         for budget in rollout_budgets:
             specs = specs_for(task, seeds, n, budget)
             episodes: list[Episode] = []
@@ -102,8 +120,6 @@ def sweep(
                 if on_batch is not None:
                     on_batch(done)
             played[budget] = episodes
-    finally:
-        torch.set_rng_state(saved)
     if budget_visible:
         return {t: played[t] for t in sorted(set(ts))}
     longest = played[max(ts)]
@@ -124,3 +140,82 @@ def success_counts(episodes_by_t: dict[int, list[Episode]], n: int) -> dict[int,
             sum(e.success for e in episodes[i : i + n]) for i in range(0, len(episodes), n)
         ]
     return counts
+
+
+# ---- the before/after number of every training run --------------------------------------------
+
+
+@dataclasses.dataclass
+class BudgetResult:
+    """Success and behaviour of one model at one budget on the held-out instances."""
+
+    budget: int
+    n: int
+    success: float
+    stderr: float  # binomial: sqrt(p (1 - p) / n)
+    mean_turns: float
+    invalid_rate: float
+    optimal_rate: float
+
+
+def summarize(budget: int, episodes: list[Episode]) -> BudgetResult:
+    n = len(episodes)
+    p = sum(e.success for e in episodes) / n
+    rates = turn_rates(episodes)
+    return BudgetResult(
+        budget=budget,
+        n=n,
+        success=p,
+        stderr=math.sqrt(p * (1 - p) / n),
+        mean_turns=sum(e.turns_used for e in episodes) / n,
+        invalid_rate=rates["invalid_rate"],
+        optimal_rate=rates["optimal_rate"],
+    )
+
+
+def held_out_success(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    task: str,
+    budgets: list[int],
+    instances: int,
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    budget_visible: bool,
+    seed: int = 1234,
+    batch_size: int = 256,
+) -> dict[int, BudgetResult]:
+    """Pass@1 at each budget: one episode on each of the first `instances` held-out instances."""
+    played = sweep(
+        model,
+        tokenizer,
+        task,
+        budgets,
+        list(tasks.EVAL_SEEDS[:instances]),
+        1,
+        budget_visible=budget_visible,
+        seed=seed,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        batch_size=batch_size,
+    )
+    return {t: summarize(t, played[t]) for t in budgets}
+
+
+def run_success(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, cfg: Config
+) -> dict[str, dict]:
+    """A training run's before/after numbers: held-out success at its tight, middle and generous
+    budgets, as summary.json stores them ({"T": BudgetResult fields})."""
+    results = held_out_success(
+        model,
+        tokenizer,
+        cfg.task.task,
+        cfg.eval_budgets(),
+        cfg.grpo.eval_seeds,
+        max_new_tokens=cfg.task.max_new_tokens,
+        temperature=cfg.grpo.temperature,
+        budget_visible=cfg.budget.budget_visible,
+    )
+    return {str(t): dataclasses.asdict(r) for t, r in results.items()}

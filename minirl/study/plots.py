@@ -1,4 +1,4 @@
-"""The study's own plots, one pair per task (the per-task evaluation plots come from minirl.plots).
+"""The study's own plots, one pair per task (the per-task evaluation plots: minirl.eval.plots).
 
 - gap_<task>.png: Pass@(1,T) of each RL arm minus base, against T, with a ±1 stderr band, and
   the share of instances solvable within T on a second axis (a gap cannot exist where no policy
@@ -17,10 +17,12 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen before pyplot loads)
 
+from minirl.study.claims import TaskFindings  # noqa: E402
 
-def gap_plot(task: str, found: dict, path: Path) -> Path:
-    gaps = found["budget"]["gaps"]
-    ts = found["results"]["meta"]["ts"]
+
+def gap_plot(task: str, found: TaskFindings, path: Path) -> Path:
+    gaps = found.budget.gaps
+    ts = found.results.meta.ts
     fig, ax = plt.subplots(figsize=(6, 3.6))
     for arm, gap in gaps.items():
         mean = [gap[t][0] for t in ts]
@@ -39,7 +41,7 @@ def gap_plot(task: str, found: dict, path: Path) -> Path:
     twin = ax.twinx()
     twin.plot(
         ts,
-        [found["solvable"][t] for t in ts],
+        [found.solvable[t] for t in ts],
         color="gray",
         linestyle=":",
         label="solvable within T",
@@ -57,8 +59,8 @@ def gap_plot(task: str, found: dict, path: Path) -> Path:
     return path
 
 
-def where_plot(task: str, found: dict, path: Path) -> Path:
-    deltas = found["where"]["deltas"]
+def where_plot(task: str, found: TaskFindings, path: Path) -> Path:
+    deltas = found.where.deltas
     measures = list(next(iter(deltas.values())))
     fig, ax = plt.subplots(figsize=(7, 3.6))
     width = 0.8 / max(1, len(deltas))
@@ -71,7 +73,7 @@ def where_plot(task: str, found: dict, path: Path) -> Path:
     ax.set_xticks(range(len(measures)), [m.replace(", ", ",\n") for m in measures], fontsize=8)
     ax.set_ylabel("change against base")
     ax.set_title(
-        f"Where does RL help? {task} (T={found['results']['meta']['analysis_budget']})", fontsize=10
+        f"Where does RL help? {task} (T={found.results.meta.analysis_budget})", fontsize=10
     )
     ax.legend(fontsize=7)
     ax.grid(axis="y", alpha=0.3)
@@ -81,7 +83,7 @@ def where_plot(task: str, found: dict, path: Path) -> Path:
     return path
 
 
-def draw(found: dict[str, dict], root: Path) -> dict[str, dict[str, str]]:
+def draw(found: dict[str, TaskFindings], root: Path) -> dict[str, dict[str, str]]:
     """All study plots; returns their paths relative to `root`, per task."""
     names = {}
     for task, f in found.items():

@@ -1,0 +1,42 @@
+"""Where minirl keeps the base models it builds, and how it writes them without ever half-writing.
+
+The embedded `tiny` base (minirl.tiny) and the converted `smollm2` checkpoint (minirl.smollm2) are
+built once and then loaded like any hub checkpoint from `cache_root()/<name>-<hash>`. A build can
+take minutes, and a killed build must not leave a directory that later loads as a broken model,
+so each is written into a temporary sibling and renamed into place: `os.replace` of a directory is
+atomic on one filesystem, so the target either does not exist or is complete.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+
+def cache_root() -> Path:
+    """`$MINIRL_CACHE`, else `$XDG_CACHE_HOME/minirl`, else `~/.cache/minirl`."""
+    if os.environ.get("MINIRL_CACHE"):
+        return Path(os.environ["MINIRL_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "minirl"
+
+
+def write_directory_atomically(target: Path, write: Callable[[Path], None]) -> None:
+    """Call `write(tmp)` on a fresh temporary sibling of `target`, then rename it to `target`."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
+    try:
+        write(tmp)
+        os.replace(tmp, target)
+    except OSError:
+        # Another process finished the same build first (the rename found a full directory):
+        # keep theirs. Any other failure is re-raised below after cleaning up.
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not target.is_dir():
+            raise
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

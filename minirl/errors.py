@@ -1,0 +1,29 @@
+"""The errors a user can cause, each printed by the command-line tools as one line.
+
+Everything that goes wrong because of what the user asked for (a bad flag, a model that cannot be
+loaded, a checkpoint that is missing or corrupt) raises one of these. `train.py`, `evaluate.py`
+and the benchmark catch `MinirlError`, print its message on one line and exit with status 2; any
+other exception is a bug in minirl and keeps its traceback.
+
+They live in a module of their own so that every other module can raise them without importing
+the module that happens to detect the problem (models.py and smollm2.py used to import each other
+for `ModelLoadError`).
+"""
+
+from __future__ import annotations
+
+
+class MinirlError(ValueError):
+    """Base class: a problem with the user's input, reported as one line."""
+
+
+class ConfigError(MinirlError):
+    """A bad configuration value; the message names the flag."""
+
+
+class ModelLoadError(MinirlError):
+    """A --model value that names nothing loadable."""
+
+
+class CheckpointError(MinirlError):
+    """A missing, corrupt or mismatched checkpoint."""

@@ -1,0 +1,9 @@
+"""Evaluation: the same batched rollout as training, on held-out instances, with no update.
+
+sampler.py   n episodes per instance at every turn budget T (the one sampler)
+passkt.py    the unbiased Pass@(K,T) estimator and its K x T grid
+analysis.py  where RL helps: single-step quality on fixed states, recovery, horizon
+results.py   the typed results of an evaluation, and results.json
+compare.py   evaluate several checkpoints on identical instances (evaluate.py's engine)
+tables.py, plots.py   the terminal tables and the PNGs
+"""

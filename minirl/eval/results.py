@@ -1,0 +1,197 @@
+"""What an evaluation produces, as types, and its file form `results.json`.
+
+    EvalResults
+      meta: EvalMeta                       task, seeds, n, K and T lists, mode, decision states ...
+      checkpoints: {label: CheckpointResult}
+        grid: [Cell]                       Pass@(K,T) per (K, T) (minirl.eval.passkt)
+        analysis: Analysis                 minirl.eval.analysis
+          decision: DecisionQuality        optimal / valid rates on the fixed states
+          recovery: Recovery               success with and without an error
+          horizon: {"1-2": Rate, ...}      success by optimal solution length
+          efficiency: {T: Efficiency}      turns used by successful episodes
+          invalid_rate
+
+Everything downstream (the tables, the plots, the study's claims) reads these types, never key
+paths into nested dicts. `to_json` writes and `load_results` reads the same layout: keys in field
+order, integer keys as strings, NaN as null (strict JSON has no NaN) and back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from minirl.eval.passkt import Cell
+
+
+@dataclass
+class Rate:
+    """A proportion and the number of cases it is computed from (rate is NaN when count is 0)."""
+
+    rate: float
+    count: int
+
+    @classmethod
+    def of(cls, outcomes: list[bool]) -> Rate:
+        return cls(sum(outcomes) / len(outcomes) if outcomes else math.nan, len(outcomes))
+
+
+@dataclass
+class DecisionQuality:
+    """Oracle-optimal and valid replies among the samples drawn in the fixed states."""
+
+    optimal: Rate
+    valid: Rate
+
+
+@dataclass
+class Recovery:
+    """Success of episodes without an error, with at least one, and by the first error's turn."""
+
+    no_error: Rate
+    after_error: Rate
+    by_first_error_turn: dict[int, Rate] = field(default_factory=dict)
+
+
+@dataclass
+class Efficiency:
+    """Turns used by the successful episodes, and their excess over the optimal length."""
+
+    mean_turns: float
+    mean_excess: float
+    count: int
+
+
+@dataclass
+class Analysis:
+    """The behaviour analyses of one checkpoint (at the largest T, except efficiency)."""
+
+    decision: DecisionQuality
+    recovery: Recovery
+    horizon: dict[str, Rate]
+    efficiency: dict[int, Efficiency]
+    invalid_rate: float
+
+
+@dataclass
+class CheckpointResult:
+    """One evaluated checkpoint: where it came from, its grid and its analyses."""
+
+    path: str | None
+    grid: list[Cell]
+    analysis: Analysis
+    seconds: float
+
+    def cell(self, k: int, t: int) -> Cell:
+        return next(c for c in self.grid if c.k == k and c.t == t)
+
+
+@dataclass
+class EvalMeta:
+    """How the evaluation was run: enough to reproduce it and to read it correctly."""
+
+    task: str
+    model: str
+    quant: str
+    seeds: list[int]
+    n: int
+    ks: list[int]
+    ts: list[int]
+    seed: int
+    budget_visible: bool
+    mode: str
+    temperature: float
+    max_new_tokens: int
+    analysis_budget: int
+    minirl_version: str
+    device: str
+    decision_states: list[dict] = field(default_factory=list)  # {seed, turn, replies}
+
+
+@dataclass
+class EvalResults:
+    """Every checkpoint's results on the same instances, states and sampling seed."""
+
+    meta: EvalMeta
+    checkpoints: dict[str, CheckpointResult] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return _jsonable(dataclasses.asdict(self))  # type: ignore[return-value]
+
+    @classmethod
+    def from_json(cls, data: dict) -> EvalResults:
+        return cls(
+            meta=EvalMeta(**data["meta"]),
+            checkpoints={name: _checkpoint(entry) for name, entry in data["checkpoints"].items()},
+        )
+
+
+def save_results(results: EvalResults, path: Path) -> Path:
+    """Write results.json atomically: a crash mid-write must not leave a truncated file."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(results.to_json(), indent=1))
+    tmp.replace(path)
+    return path
+
+
+def load_results(path: str | Path) -> EvalResults:
+    """Read a results.json back into types (missing rates and means become NaN)."""
+    return EvalResults.from_json(json.loads(Path(path).read_text()))
+
+
+# ---- conversion --------------------------------------------------------------------------------
+
+
+def _jsonable(value: object) -> object:
+    """Int keys to strings and NaN to None, recursively (dataclasses are already dicts here)."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+def _number(value: float | None) -> float:
+    return math.nan if value is None else float(value)
+
+
+def _rate(data: dict) -> Rate:
+    return Rate(_number(data["rate"]), int(data["count"]))
+
+
+def _checkpoint(data: dict) -> CheckpointResult:
+    a = data["analysis"]
+    recovery = a["recovery"]
+    analysis = Analysis(
+        decision=DecisionQuality(_rate(a["decision"]["optimal"]), _rate(a["decision"]["valid"])),
+        recovery=Recovery(
+            no_error=_rate(recovery["no_error"]),
+            after_error=_rate(recovery["after_error"]),
+            by_first_error_turn={
+                int(j): _rate(r) for j, r in recovery["by_first_error_turn"].items()
+            },
+        ),
+        horizon={bucket: _rate(r) for bucket, r in a["horizon"].items()},
+        efficiency={
+            int(t): Efficiency(_number(e["mean_turns"]), _number(e["mean_excess"]), e["count"])
+            for t, e in a["efficiency"].items()
+        },
+        invalid_rate=_number(a["invalid_rate"]),
+    )
+    return CheckpointResult(
+        path=data["path"],
+        grid=[
+            Cell(**{k: _number(v) if k in _CELL_FLOATS else v for k, v in c.items()})
+            for c in data["grid"]
+        ],
+        analysis=analysis,
+        seconds=data["seconds"],
+    )
+
+
+_CELL_FLOATS = {"mean", "stderr", "ci_low", "ci_high"}

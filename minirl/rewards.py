@@ -1,0 +1,47 @@
+"""Rewards: what a finished episode is worth to training.
+
+The environment itself only says whether the goal was reached (`Step.reward` is 1.0 on the solving
+turn). Training turns each episode into the numbers GRPO compares within a group:
+
+- the **outcome reward** of episode i, ``R_i = success_i - invalid_penalty * #invalid_i``: one
+  number per episode, the trajectory-level signal of the paper (the penalty is an optional format
+  shaping term; 0 by default);
+- the **process rewards** of its turns (``reward_mode=process``), ``r_it = (d_before - d_after) /
+  d_start``: each turn's progress toward the goal by the oracle's distance, scaled so an
+  oracle-optimal successful episode collects exactly 1. This is the "process supervision" arm;
+  minirl.grpo.turn_advantages turns them into per-turn credit.
+
+Both backends (minirl.trainer and minirl.trl_backend) score episodes here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import math
+
+from minirl.episode import Episode
+
+
+def outcome_rewards(episodes: list[Episode], invalid_penalty: float) -> list[float]:
+    """The outcome reward per episode: 1 for success, minus a penalty per invalid action."""
+    return [
+        float(e.success) - invalid_penalty * sum(not t.valid for t in e.turns) for e in episodes
+    ]
+
+
+def progress_rewards(episode: Episode) -> list[float]:
+    """Per-turn process reward: the drop in oracle distance, as a fraction of the start distance.
+
+    A successful oracle-optimal episode collects exactly 1.0 in total; a wall bump collects 0; a
+    move into a deadlock (distance becomes infinite) gives -1, the most a turn can lose.
+    """
+    if not episode.turns:
+        return []
+    start = episode.turns[0].distance_before
+    scale = start if start > 0 and math.isfinite(start) else 1.0
+    rewards = []
+    for t in episode.turns:
+        if not math.isfinite(t.distance_after):
+            rewards.append(-1.0)
+        else:
+            rewards.append((t.distance_before - t.distance_after) / scale)
+    return rewards

@@ -1,0 +1,7 @@
+"""Tools around the method: measuring it, and sizing it for a GPU.
+
+bench.py        python -m minirl.tools.bench: where the time (and memory) of a step goes
+measure.py      FLOP and byte counts of forward passes, peak memory, this machine's peaks
+bench_report.py the benchmark's tables and plot
+gpu_memory.py   an estimate of the GPU memory a run needs, from the model's config
+"""

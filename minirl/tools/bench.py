@@ -1,0 +1,345 @@
+"""`python -m minirl.tools.bench`: where the time of multi-turn RL goes, as ratios in one run.
+
+Multi-turn RL spends most of its time generating. This benchmark times the parts on one model and
+task, each against its alternative in the same run (shared machines are noisy: absolute seconds
+drift from run to run, ratios much less):
+
+1. rollout cost against the turn budget T, with the KV cache kept across turns and with the
+   simple path that re-encodes the whole history every turn (minirl.rollout). Fitting
+   ``seconds ~ c * T^p`` over the budgets gives the slope p: 1 is linear, 2 quadratic. The
+   default base is barely warm-started, so episodes rarely end early and every T is played out;
+2. one batched rollout of E episodes against a naive loop that plays them one at a time;
+3. the training forward and backward over one step's episodes, padded to the longest episode
+   against length-sorted micro-batches (minirl.batch.bucketed_logps), with the padding fraction;
+   and seconds per training step, minirl's loop against `--backend trl` on the same config;
+4. peak memory: the process's peak RSS on the CPU, `torch.cuda.max_memory_allocated` on CUDA;
+5. a roofline line: the generation's achieved FLOP/s against this machine's measured matmul
+   FLOP/s, and its achieved bytes/s against the measured memory bandwidth. FLOPs and bytes are
+   estimated from the shapes of every forward call (2 FLOPs per weight per token, plus
+   attention; every weight and the KV cache read once per call).
+
+It prints rich tables and writes OUTPUT/bench.json and OUTPUT/bench_rollout.png
+(minirl.tools.bench_report); the counting and the machine's peaks are in minirl.tools.measure.
+Flags: `BenchArgs` in minirl.config.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+from transformers import HfArgumentParser
+
+import tasks
+from minirl.config import BenchArgs, parse_ints, validate_bench
+from minirl.episode import EpisodeSpec
+from minirl.errors import MinirlError
+from minirl.tools.bench_report import plot_rollouts, print_report
+from minirl.tools.measure import (
+    ForwardCount,
+    count_forwards,
+    loglog_slope,
+    machine_peaks,
+    model_shape,
+    peak_memory_mb,
+    reset_peak_memory,
+    roofline,
+    sync,
+)
+
+
+def specs_at(task: str, n: int, budget: int) -> list[EpisodeSpec]:
+    return [EpisodeSpec(task, s, budget, group=i) for i, s in enumerate(tasks.EVAL_SEEDS[:n])]
+
+
+def timed_rollout(model, tokenizer, specs, args: BenchArgs, reuse_cache: bool, shape) -> dict:
+    """Play `specs` once from the bench seed; seconds, token counts and the episodes."""
+    from minirl.rollout import rollout
+
+    count = ForwardCount()
+    hook = count_forwards(model, count, shape)
+    torch.manual_seed(args.seed)
+    sync()
+    start = time.perf_counter()
+    try:
+        episodes = rollout(
+            model, tokenizer, specs, max_new_tokens=args.max_new_tokens, reuse_cache=reuse_cache
+        )
+    finally:
+        sync()
+        seconds = time.perf_counter() - start
+        hook.remove()
+    generated = sum(sum(e.loss_mask) for e in episodes)
+    return {
+        "seconds": seconds,
+        "episodes": episodes,
+        "turns_played": sum(e.turns_used for e in episodes) / len(episodes),
+        "generated_tokens": generated,
+        "generated_tokens_per_s": generated / seconds,
+        "forward_calls": count.calls,
+        "tokens_fed": count.tokens,
+        "flops": count.flops,
+        "bytes": count.bytes,
+    }
+
+
+def same_episodes(a: list, b: list) -> dict[str, float]:
+    """How closely two rollouts from the same seed agree: token ids, and log-probs."""
+    identical = sum(x.input_ids == y.input_ids for x, y in zip(a, b, strict=True))
+    diffs = [
+        abs(p - q)
+        for x, y in zip(a, b, strict=True)
+        if x.input_ids == y.input_ids
+        for p, q in zip(x.logprobs, y.logprobs, strict=True)
+    ]
+    return {"identical_episodes": identical / len(a), "max_logprob_diff": max(diffs, default=0.0)}
+
+
+# ---- the five measurements -------------------------------------------------------------------
+
+
+def bench_rollouts(model, tokenizer, args: BenchArgs, shape) -> dict:
+    """Cached against simple path at every T; both from the same seed, so they must agree."""
+    rows = []
+    for budget in parse_ints(args.turns, "turns"):
+        specs = specs_at(args.task, args.episodes, budget)
+        reset_peak_memory()
+        simple = timed_rollout(model, tokenizer, specs, args, False, shape)
+        cached = timed_rollout(model, tokenizer, specs, args, True, shape)
+        agree = same_episodes(simple.pop("episodes"), cached.pop("episodes"))
+        rows.append(
+            {
+                "T": budget,
+                "cached": cached,
+                "simple": simple,
+                "speedup": simple["seconds"] / cached["seconds"],
+                **agree,
+                "peak_memory_mb": peak_memory_mb(),
+            }
+        )
+    ts = [float(r["T"]) for r in rows]
+    slopes = {}
+    if len(ts) > 1:
+        for path in ("cached", "simple"):
+            slopes[path] = loglog_slope(ts, [r[path]["seconds"] for r in rows])
+    return {"rows": rows, "slope": slopes}
+
+
+def bench_batching(model, tokenizer, args: BenchArgs, shape) -> dict:
+    """One batched rollout of all episodes against a loop that plays them one at a time."""
+    specs = specs_at(args.task, args.episodes, args.naive_budget)
+    batched = timed_rollout(model, tokenizer, specs, args, True, shape)
+    batched.pop("episodes")
+    start = time.perf_counter()
+    for spec in specs:
+        one = timed_rollout(model, tokenizer, [spec], args, True, shape)
+        one.pop("episodes")
+    naive = time.perf_counter() - start
+    return {
+        "episodes": len(specs),
+        "T": args.naive_budget,
+        "batched_seconds": batched["seconds"],
+        "naive_seconds": naive,
+        "speedup": naive / batched["seconds"],
+    }
+
+
+def bench_training_forward(model, tokenizer, args: BenchArgs) -> dict:
+    """Forward + backward over one step's episodes: one padded pass against length buckets."""
+    from minirl import grpo
+    from minirl.batch import bucketed_logps, to_batch
+    from minirl.budgets import sample_budgets
+    from minirl.config import BudgetArgs
+    from minirl.rollout import rollout
+
+    mix = BudgetArgs()  # the default BudgetMix range: the lengths a training step really mixes
+    budgets = sample_budgets(
+        args.tasks_per_step,
+        mode="budgetmix",
+        budget=mix.budget,
+        budget_min=mix.budget_min,
+        budget_max=mix.budget_max,
+        rng=random.Random(args.seed),
+    )
+    specs = [
+        EpisodeSpec(args.task, tasks.TRAIN_SEEDS[i], budget, i)
+        for i, budget in enumerate(budgets)
+        for _ in range(args.num_generations)
+    ]
+    torch.manual_seed(args.seed)
+    episodes = rollout(model, tokenizer, specs, max_new_tokens=args.max_new_tokens)
+    device = next(model.parameters()).device
+    batch = to_batch(episodes, tokenizer.pad_token_id, device)
+    noise = torch.randn(len(episodes), device=device)  # stand-in advantages: any values serve
+    advantages = grpo.trajectory_token_advantages(noise, batch.loss_mask)
+    result = {}
+    model.train()
+    for name, size in (
+        ("single_pass", len(episodes)),
+        ("bucketed", args.per_device_train_batch_size),
+    ):
+        reset_peak_memory()
+        sync()
+        start = time.perf_counter()
+        logps, _, pad = bucketed_logps(model, batch, 1.0, size)
+        loss, _ = grpo.policy_loss(logps, batch.old_logps, advantages, batch.loss_mask)
+        loss.backward()
+        sync()
+        result[name] = {
+            "micro_batch": size,
+            "seconds": time.perf_counter() - start,
+            "padding_fraction": pad,
+            "peak_memory_mb": peak_memory_mb(),
+        }
+        model.zero_grad(set_to_none=True)
+    model.eval()
+    result["speedup"] = result["single_pass"]["seconds"] / result["bucketed"]["seconds"]
+    return result
+
+
+def bench_train_steps(model_path: str, args: BenchArgs) -> dict:
+    """Seconds per step of each backend on the same config (the first step is a warm-up)."""
+    from minirl.config import BudgetArgs, Config, GRPOArgs, ModelArgs, TaskArgs
+
+    results: dict[str, dict] = {}
+    for backend in [b.strip() for b in args.backends.split(",") if b.strip()]:
+        with tempfile.TemporaryDirectory() as tmp:
+            cfg = Config(
+                ModelArgs(model=model_path, quant=args.quant),
+                GRPOArgs(
+                    num_generations=args.num_generations,
+                    per_device_train_batch_size=args.per_device_train_batch_size,
+                    max_steps=args.train_steps + 1,
+                    save_steps=10**6,
+                    eval_seeds=0,
+                    seed=args.seed,
+                    output_dir=tmp,
+                    backend=backend,
+                ),
+                BudgetArgs(mode="budgetmix"),
+                TaskArgs(task=args.task, tasks_per_step=args.tasks_per_step),
+            )
+            reset_peak_memory()
+            seconds = step_seconds(cfg)
+        results[backend] = {
+            "seconds_per_step": sum(seconds[1:]) / len(seconds[1:]),
+            "steps_timed": len(seconds) - 1,
+            "peak_memory_mb": peak_memory_mb(),
+        }
+    if "minirl" in results and "trl" in results:
+        results["trl_over_minirl"] = (
+            results["trl"]["seconds_per_step"] / results["minirl"]["seconds_per_step"]
+        )
+    return results
+
+
+def step_seconds(cfg) -> list[float]:
+    """Wall seconds of every optimizer step of a short run of `cfg` on its backend."""
+    if cfg.grpo.backend == "minirl":
+        from minirl.trainer import train
+
+        return [m["seconds"] for m in train(cfg, progress=False).metrics]
+    from transformers import TrainerCallback
+
+    from minirl.models import load_policy
+    from minirl.trl_backend import build_trainer
+
+    class StepTimer(TrainerCallback):
+        """Generation and update both happen between on_step_begin and on_step_end."""
+
+        def __init__(self) -> None:
+            self.seconds: list[float] = []
+
+        def on_step_begin(self, *args: object, **kwargs: object) -> None:
+            self.start = time.perf_counter()
+
+        def on_step_end(self, *args: object, **kwargs: object) -> None:
+            sync()
+            self.seconds.append(time.perf_counter() - self.start)
+
+    torch.manual_seed(cfg.grpo.seed)
+    model, tokenizer = load_policy(cfg.model.model, cfg.model.quant, task=cfg.task.task)
+    trainer = build_trainer(cfg, model, tokenizer, cfg.grpo.output_dir, progress=False)
+    timer = StepTimer()
+    trainer.add_callback(timer)
+    trainer.train()
+    return timer.seconds
+
+
+# ---- running and reporting -------------------------------------------------------------------
+
+
+def load_bench_model(args: BenchArgs):
+    """The policy to measure: base (4-bit or not) + LoRA, exactly as training loads it."""
+    from minirl.models import load_policy
+
+    path = args.model
+    if args.model == "tiny":
+        from minirl.tiny import TinyRecipe, ensure_tiny
+
+        recipe = TinyRecipe.for_task(args.task)
+        recipe = TinyRecipe(**{**asdict(recipe), "max_steps": args.warm_start_steps})
+        path = str(ensure_tiny(recipe, progress=False).path)
+    model, tokenizer = load_policy(path, args.quant, task=args.task)
+    return path, model, tokenizer
+
+
+def run_bench(args: BenchArgs, progress: bool = True) -> dict:
+    """All five measurements; returns what bench.json holds."""
+    from minirl.progress import progress_bar
+
+    validate_bench(args)
+    torch.set_grad_enabled(True)
+    path, model, tokenizer = load_bench_model(args)
+    shape = model_shape(model)
+    # One small untimed rollout first: the first generate pays one-off setup costs.
+    timed_rollout(model, tokenizer, specs_at(args.task, 2, 2), args, True, shape)
+    results: dict = {"args": asdict(args), "device": _device_name(), "model_path": path}
+    measurements = {
+        "machine": lambda: machine_peaks(),
+        "rollouts": lambda: bench_rollouts(model, tokenizer, args, shape),
+        "batching": lambda: bench_batching(model, tokenizer, args, shape),
+        "training_forward": lambda: bench_training_forward(model, tokenizer, args),
+    }
+    if args.train_steps > 0:
+        measurements["train_steps"] = lambda: bench_train_steps(path, args)
+    with progress_bar(disable=not progress) as bar:
+        for part in bar.track(list(measurements), description="bench"):
+            results[part] = measurements[part]()
+    results["roofline"] = roofline(results["rollouts"], results["machine"])
+    results["peak_memory_mb"] = peak_memory_mb()
+    return results
+
+
+def _device_name() -> str:
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_name()
+    return f"cpu ({torch.get_num_threads()} threads)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = HfArgumentParser(BenchArgs, description=__doc__.split("\n")[0], allow_abbrev=False)
+    (args,) = parser.parse_args_into_dataclasses(args=list(sys.argv[1:] if argv is None else argv))
+    try:
+        validate_bench(args)
+        results = run_bench(args)
+    except MinirlError as err:
+        print(f"minirl.tools.bench: error: {err}", file=sys.stderr)
+        return 2
+    print_report(results)
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench.json").write_text(json.dumps(results, indent=1))
+    plot_rollouts(results, out / "bench_rollout.png")
+    print(f"wrote {out / 'bench.json'} and {out / 'bench_rollout.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

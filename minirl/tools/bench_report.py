@@ -1,0 +1,107 @@
+"""The benchmark's terminal report and its plot (minirl.tools.bench measures, this shows)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+def print_report(results: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=None if sys.stdout.isatty() else 120)
+    r = results["rollouts"]
+    table = Table(title=f"Rollout cost against T ({results['args']['episodes']} episodes)")
+    for col in (
+        "T",
+        "turns played",
+        "simple s",
+        "cached s",
+        "speedup",
+        "simple tok fed",
+        "cached tok fed",
+        "cached gen tok/s",
+        "same tokens",
+    ):
+        table.add_column(col, justify="right")
+    for row in r["rows"]:
+        s, c = row["simple"], row["cached"]
+        table.add_row(
+            str(row["T"]),
+            f"{c['turns_played']:.1f}",
+            f"{s['seconds']:.2f}",
+            f"{c['seconds']:.2f}",
+            f"{row['speedup']:.2f}x",
+            f"{s['tokens_fed']:,}",
+            f"{c['tokens_fed']:,}",
+            f"{c['generated_tokens_per_s']:.0f}",
+            f"{row['identical_episodes']:.0%}",
+        )
+    console.print(table)
+    if r["slope"]:
+        console.print(
+            f"slope of log(seconds) on log(T): cached {r['slope']['cached']:.2f}, "
+            f"simple {r['slope']['simple']:.2f} (1 = linear, 2 = quadratic)"
+        )
+    b = results["batching"]
+    console.print(
+        f"batched vs naive, {b['episodes']} episodes at T={b['T']}: {b['batched_seconds']:.2f} s "
+        f"vs {b['naive_seconds']:.2f} s ({b['speedup']:.1f}x)"
+    )
+    f = results["training_forward"]
+    console.print(
+        "training forward+backward, one step: single pass "
+        f"{f['single_pass']['seconds']:.2f} s at {f['single_pass']['padding_fraction']:.0%} "
+        f"padding; micro-batches of {f['bucketed']['micro_batch']} by length "
+        f"{f['bucketed']['seconds']:.2f} s at {f['bucketed']['padding_fraction']:.0%} padding "
+        f"({f['speedup']:.2f}x)"
+    )
+    if "train_steps" in results:
+        t = results["train_steps"]
+        line = ", ".join(
+            f"{k} {v['seconds_per_step']:.2f} s/step" for k, v in t.items() if isinstance(v, dict)
+        )
+        ratio = t.get("trl_over_minirl")
+        console.print(
+            f"training step: {line}" + (f" (trl / minirl = {ratio:.2f})" if ratio else "")
+        )
+    rf = results["roofline"]
+    console.print(
+        f"roofline (cached rollout, T={rf['T']}, estimated work): "
+        f"{rf['achieved_flops_per_s'] / 1e9:.2f} GFLOP/s of {rf['matmul_flops_per_s'] / 1e9:.1f} "
+        f"measured matmul peak ({rf['flops_fraction']:.1%}); "
+        f"{rf['achieved_bytes_per_s'] / 1e9:.2f} GB/s of {rf['copy_bytes_per_s'] / 1e9:.1f} "
+        f"measured copy bandwidth ({rf['bandwidth_fraction']:.1%})"
+    )
+    console.print(f"peak memory ({results['device']}): {results['peak_memory_mb']:.0f} MiB")
+
+
+def plot_rollouts(results: dict, path: Path) -> Path:
+    """Rollout seconds against T on log-log axes: the slope is the cost's exponent."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = results["rollouts"]["rows"]
+    ts = [r["T"] for r in rows]
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    for name, style in (("simple", "o--"), ("cached", "s-")):
+        label = f"{name} path"
+        slope = results["rollouts"]["slope"].get(name)
+        if slope is not None:
+            label += f" (slope {slope:.2f})"
+        ax.plot(ts, [r[name]["seconds"] for r in rows], style, label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(ts, [str(t) for t in ts])
+    ax.set_xlabel("turn budget T")
+    ax.set_ylabel("rollout wall time (s)")
+    ax.set_title(f"Rollout cost, {results['args']['episodes']} episodes ({results['device']})")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -1,0 +1,131 @@
+"""Comparing checkpoints: every output of an evaluation, on the same instances and states."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import tasks
+from minirl.config import EvalArgs
+from minirl.errors import ConfigError
+from minirl.eval.compare import checkpoint_labels, compare
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # evaluate.py is a script at the repo root, not part of the package
+import evaluate  # noqa: E402
+
+SEEDS = list(tasks.EVAL_SEEDS[:6])
+
+
+# ---- evaluate.py -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def adapter_dir(quick_tiny_path: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A real, different adapter: LoRA B matrices set to noise, saved with save_pretrained."""
+    from minirl.models import load_policy
+
+    model, _ = load_policy(quick_tiny_path, quant="nf4")
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    out = tmp_path_factory.mktemp("adapter")
+    model.save_pretrained(out)
+    return str(out)
+
+
+def eval_args(model: str, checkpoints: str, output: Path, **kw) -> list[str]:
+    args = dict(
+        model=model,
+        checkpoints=checkpoints,
+        k="1,2",
+        t="1-3",
+        n=2,
+        instances=5,
+        decision_states=12,
+        decision_samples=2,
+        bootstrap=50,
+        output=str(output),
+        **kw,
+    )
+    return [f"--{k}={v}" for k, v in args.items()]
+
+
+def test_evaluate_end_to_end_writes_every_output(
+    quick_tiny_path, adapter_dir, tmp_path, capsys
+) -> None:
+    import datasets
+
+    assert evaluate.main(eval_args(quick_tiny_path, f"base,{adapter_dir}", tmp_path)) == 0
+    shown = capsys.readouterr().out
+    assert "Pass@(K,T): base" in shown and "adapter0 − base" in shown
+    assert "Behaviour at T=3" in shown
+    names = {p.name for p in tmp_path.iterdir()}
+    expected = {
+        "results.json",
+        "results.jsonl",
+        "heatmap_base.png",
+        "passkt_curves.png",
+        "behaviour.png",
+    }
+    assert expected <= names and len([n for n in names if n.startswith("heatmap_")]) == 2
+    for png in tmp_path.glob("*.png"):
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    results = json.loads((tmp_path / "results.json").read_text())
+    meta = results["meta"]
+    assert meta["seeds"] == SEEDS[:5] and meta["n"] == 2 and meta["budget_visible"] is True
+    assert meta["ks"] == [1, 2] and meta["ts"] == [1, 2, 3] and meta["minirl_version"]
+    assert list(results["checkpoints"]) == ["base", "adapter0"]
+    assert results["checkpoints"]["adapter0"]["path"] == adapter_dir
+    table = datasets.load_dataset("json", data_files=str(tmp_path / "results.jsonl"))["train"]
+    assert len(table) == 2 * 2 * 3
+    assert set(table.column_names) >= {"checkpoint", "k", "t", "mean", "stderr", "ci_low"}
+    # Pass@K can only grow with K, and (per instance, hence on average) with T when hidden.
+    for entry in results["checkpoints"].values():
+        cells = {(c["k"], c["t"]): c["mean"] for c in entry["grid"]}
+        assert all(cells[(2, t)] >= cells[(1, t)] for t in (1, 2, 3))
+
+
+def test_every_checkpoint_is_judged_on_the_same_states(
+    quick_tiny_path, adapter_dir, tmp_path
+) -> None:
+    def run(checkpoints: str, hidden: bool = False):
+        args = EvalArgs(
+            model=quick_tiny_path,
+            checkpoints=checkpoints,
+            k="1",
+            t="2-3",
+            n=1,
+            instances=4,
+            decision_states=8,
+            decision_samples=1,
+            bootstrap=0,
+            budget_visible=not hidden,
+        )
+        return compare(args, progress=False)
+
+    both = run(f"base,{adapter_dir}")
+    alone = run(adapter_dir)
+    assert both.meta.decision_states == alone.meta.decision_states
+    assert len(both.meta.decision_states) == 8
+    # Same states and seed: the adapter's single-step result does not depend on its company.
+    a = both.checkpoints["adapter0"].analysis.decision
+    assert a == alone.checkpoints["adapter0"].analysis.decision
+    # Hidden mode is recorded as such.
+    assert run("base", hidden=True).meta.mode.startswith("hidden")
+
+
+def test_checkpoint_labels() -> None:
+    assert checkpoint_labels("base, bm=runs/x/ ,runs/fixed-8") == {
+        "base": "base",
+        "bm": "runs/x/",
+        "fixed-8": "runs/fixed-8",
+    }
+    with pytest.raises(ConfigError, match="used twice"):
+        checkpoint_labels("a/run,b/run")

@@ -1,0 +1,36 @@
+"""What the benchmark measures with: the power-law fit and the FLOP count, against hand counts."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from minirl.tools import measure
+
+
+def test_loglog_slope_recovers_a_power_law() -> None:
+    ts = [2.0, 4.0, 8.0, 16.0]
+    assert measure.loglog_slope(ts, [3 * t for t in ts]) == pytest.approx(1.0)
+    assert measure.loglog_slope(ts, [0.5 * t**2 for t in ts]) == pytest.approx(2.0)
+    assert math.isnan(measure.loglog_slope([4.0, 4.0], [1.0, 2.0]))
+
+
+def test_flop_count_uses_every_base_weight_once(quick_policy) -> None:
+    model, _ = quick_policy
+    c = model.config
+    per_layer = 4 * c.hidden_size**2 + 3 * c.hidden_size * c.intermediate_size  # attn + MLP
+    expected = c.num_hidden_layers * per_layer + c.hidden_size * c.vocab_size  # + lm_head
+    shape = measure.model_shape(model)
+    assert shape["linear_weights"] == expected
+    count = measure.ForwardCount()
+    hook = measure.count_forwards(model, count, shape)
+    try:
+        ids = torch.ones(3, 5, dtype=torch.long)
+        model(input_ids=ids, attention_mask=torch.ones_like(ids))
+    finally:
+        hook.remove()
+    attention = 4 * c.num_hidden_layers * c.hidden_size * 3 * 5 * 5
+    assert (count.calls, count.tokens) == (1, 15)
+    assert count.flops == 2 * expected * 15 + attention
