@@ -334,9 +334,12 @@ def ensure_tiny(recipe: TinyRecipe | None = None, progress: bool = True) -> Buil
         return BuildReport(target, built=False)
     start = time.perf_counter()
     rng = random.Random(recipe.seed)
-    tokenizer = build_tokenizer(corpus_words(recipe, rng))
-    model = build_model(recipe, tokenizer)
-    losses = warm_start(model, tokenizer, recipe, rng, progress=progress)
+    # The build seeds torch's global generator; fork it, so that a run which builds its base
+    # draws the same numbers afterwards as a run that finds the base in the cache.
+    with torch.random.fork_rng(devices=[]):
+        tokenizer = build_tokenizer(corpus_words(recipe, rng))
+        model = build_model(recipe, tokenizer)
+        losses = warm_start(model, tokenizer, recipe, rng, progress=progress)
     seconds = time.perf_counter() - start
     meta = {"recipe": dataclasses.asdict(recipe), "build_seconds": seconds, "losses": losses}
 

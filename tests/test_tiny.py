@@ -48,6 +48,17 @@ def test_build_is_deterministic_and_cached(tmp_path: Path) -> None:
     assert not list((tmp_path / "a").glob("*.tmp*")), "no half-written build left behind"
 
 
+def test_building_a_base_leaves_the_callers_random_stream_alone(tmp_path: Path) -> None:
+    """A run that builds its base must sample what a run that finds it cached samples."""
+    import torch
+
+    torch.manual_seed(123)
+    expected = torch.rand(4)
+    torch.manual_seed(123)
+    assert build_in(tmp_path / "c", SMALL).built
+    assert torch.equal(torch.rand(4), expected)
+
+
 def test_recipe_key_tracks_every_field() -> None:
     assert TinyRecipe().key() == TinyRecipe().key()
     assert TinyRecipe(seed=1).key() != TinyRecipe().key()
