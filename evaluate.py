@@ -6,7 +6,8 @@
 
 Every compared checkpoint plays the same instances from the same seed. The terminal shows one
 table per checkpoint and the deltas against the first; --output gets results.json, results.jsonl
-and PNG plots (see minirl/eval/compare.py). Flags come from `EvalArgs` in minirl/config.py. Bad
+and PNG plots (see minirl/eval/compare.py), and episodes.html, the checkpoints' episodes on the
+same instances side by side (minirl/viewer.py). Flags come from `EvalArgs` in minirl/config.py. Bad
 input prints one line and exits with status 2. `--study` takes the flags of `StudyArgs` instead (see
 minirl/study/run.py).
 """
@@ -14,6 +15,7 @@ minirl/study/run.py).
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from transformers import HfArgumentParser
 
@@ -48,9 +50,8 @@ def study_main(argv: list[str]) -> int:
     except ConfigError as err:
         print(f"evaluate.py: error: {err}", file=sys.stderr)
         return 2
-    from pathlib import Path
-
     from minirl.study.report import write_report
+
     from minirl.study.run import run_study
 
     try:
@@ -75,14 +76,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from minirl.eval.compare import compare, write_outputs
     from minirl.eval.tables import print_tables
+    from minirl.viewer import write_page
 
+    samples = Path(args.output) / "episodes.json"  # a few episodes of each, for the viewer
+    samples.unlink(missing_ok=True)
     try:
-        results = compare(args)
+        results = compare(args, samples=samples)
     except MinirlError as err:
         print(f"evaluate.py: error: {err}", file=sys.stderr)
         return 2
     print_tables(results)
-    written = write_outputs(results, args.output)
+    written = [*write_outputs(results, args.output), samples, write_page(args.output)]
     print(f"wrote {len(written)} files to {args.output}: " + ", ".join(p.name for p in written))
     return 0
 

@@ -13,6 +13,9 @@ One file per step of the method, in the order data flows through a training step
     batch.py                  episodes -> tensors -> log-probs (the training forward)
     trainer.py                the loop: train() and train_step()
     checkpoint.py             atomic checkpoints, resume, the run directory's rules
+    trackers.py               --report_to: tensorboard, trackio, wandb
+    curves.py, viewer.py      what to look at: curves.png, episodes.html (samples.py: its data;
+                              outputs.py: what both backends write at a run's start and end)
     trl_backend.py            the same pieces inside trl.GRPOTrainer
     eval/                     Pass@(K,T) and the behaviour analyses (evaluate.py)
     study/                    the paper's claims on toy tasks (evaluate.py --study)

@@ -40,6 +40,7 @@ RESUMABLE_CHANGES = {
     "output_dir",
     "logging_steps",
     "save_steps",
+    "report_to",  # where the metrics are also sent
 }
 
 

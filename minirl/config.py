@@ -14,6 +14,7 @@ one-line `ConfigError`s that name the flag, before anything heavy loads.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import typing
 from dataclasses import dataclass
 from typing import Literal
@@ -106,6 +107,20 @@ class GRPOArgs:
         help="Training loop: 'minirl' (minirl.trainer, one process) or 'trl' (trl.GRPOTrainer "
         "with minirl's rollout, for accelerate launch and multi-GPU; see minirl.trl_backend).",
     )
+    # TRL's name and meaning (TrainingArguments.report_to): where the metrics go besides
+    # metrics.jsonl, which is always written. The default is tensorboard because it asks nothing
+    # of a first-time user: no account, no network, no server while training, and its files live
+    # in the run directory (`tensorboard --logdir runs` shows every run's curves, live).
+    report_to: list[str] = HfArg(
+        default_factory=lambda: ["tensorboard"],
+        help="Trackers for the step metrics, the before/after evaluation and sample episodes: "
+        "none, or any of tensorboard (OUTPUT/tensorboard), trackio (its local store, "
+        "`trackio show`), wandb (offline into OUTPUT/wandb when no W&B login is set up). "
+        "metrics.jsonl is always written. See minirl.trackers.",
+    )
+
+
+REPORT_TO = ("none", "tensorboard", "trackio", "wandb")
 
 
 @dataclass
@@ -225,6 +240,23 @@ def validate(cfg: Config) -> None:
     need(t.max_new_tokens >= 1, f"--max_new_tokens must be >= 1, got {t.max_new_tokens}")
     need(g.eval_seeds >= 0, f"--eval_seeds must be >= 0, got {g.eval_seeds}")
     need(not (g.resume and g.overwrite_output_dir), "--resume and --overwrite_output_dir conflict")
+    if isinstance(g.report_to, str):  # from --config YAML: "tensorboard" or "tensorboard,wandb"
+        g.report_to = [w.strip() for w in g.report_to.split(",") if w.strip()]
+    for name in g.report_to:
+        need(
+            name in REPORT_TO,
+            f"--report_to {name!r}: valid choices are {', '.join(REPORT_TO)}",
+        )
+    need(
+        g.report_to == ["none"] or "none" not in g.report_to,
+        "--report_to none cannot be combined with a tracker",
+    )
+    for name in set(g.report_to) - {"none"}:
+        need(
+            importlib.util.find_spec(name) is not None,
+            f"--report_to {name}: the {name} package is not installed "
+            f"(pip install {'minirl[wandb]' if name == 'wandb' else name})",
+        )
     need(
         not (g.backend == "trl" and t.reward_mode == "process"),
         "--reward_mode process needs per-turn advantages, which --backend trl cannot express "
@@ -419,3 +451,21 @@ def validate_bench(args: BenchArgs) -> None:
     for backend in [b.strip() for b in args.backends.split(",") if b.strip()]:
         if backend not in ("minirl", "trl"):
             raise ConfigError(f"--backends {args.backends!r}: valid backends are minirl, trl")
+
+
+@dataclass
+class ViewerArgs:
+    """python -m minirl.viewer DIR: the episode viewer page of a run or an evaluation."""
+
+    budget: int = HfArg(
+        default=0, help="Show the episodes played at this turn budget T (0 = the middle one kept)."
+    )
+    instances: int = HfArg(default=6, help="Instances to show (the first ones kept).")
+    output: str = HfArg(default="", help="Where to write the page; default DIR/episodes.html.")
+
+
+@dataclass
+class CurvesArgs:
+    """python -m minirl.curves RUN_DIR: training curves from RUN_DIR/metrics.jsonl."""
+
+    output: str = HfArg(default="", help="Where to write the PNG; default RUN_DIR/curves.png.")

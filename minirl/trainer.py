@@ -14,7 +14,9 @@ One step of multi-turn GRPO, each part in its own module:
 
 Before the first step and after the last, the policy is evaluated on held-out instances at a
 tight, a middle and a generous budget (minirl.eval.sampler), so every run reports base vs trained.
-Every step appends one line to OUTPUT/metrics.jsonl; checkpoints (minirl.checkpoint) make
+Every step appends one line to OUTPUT/metrics.jsonl (and sends it to the trackers of
+`--report_to`, minirl.trackers); the run ends by drawing OUTPUT/curves.png and the episode viewer
+OUTPUT/episodes.html (minirl.outputs). Checkpoints (minirl.checkpoint) make
 `--resume` continue a killed run with the same numbers it would have produced uninterrupted.
 """
 
@@ -46,11 +48,12 @@ from minirl.checkpoint import (
 )
 from minirl.config import Config, validate
 from minirl.episode import EpisodeSpec, episode_stats
-from minirl.eval.sampler import run_success
 from minirl.models import load_policy, reference_policy, trainable_parameters
+from minirl.outputs import evaluate_policy, finish_run
 from minirl.progress import progress_bar
 from minirl.rewards import outcome_rewards, progress_rewards
 from minirl.rollout import rollout
+from minirl.trackers import tracking
 
 
 def train(cfg: Config, progress: bool = True) -> TrainResult:
@@ -86,18 +89,29 @@ def train(cfg: Config, progress: bool = True) -> TrainResult:
         metrics_path.write_text("")
         for old in existing:  # --overwrite_output_dir
             shutil.rmtree(old)
+        (out / "episodes.json").unlink(missing_ok=True)  # an overwritten run's sample episodes
         summary = {"config": cfg.to_dict()}
-        if cfg.grpo.eval_seeds:
-            summary["base"] = run_success(model, tokenizer, cfg)
 
     history: list[dict] = []
-    with progress_bar(disable=not progress) as bar:
+    # Besides metrics.jsonl: the trackers of --report_to, closed (so flushed) even if the run dies.
+    trackers_open = tracking(
+        cfg.grpo.report_to,
+        out,
+        cfg.to_dict(),
+        resume=cfg.grpo.resume,
+        # TensorBoard forgets what a killed run logged after its checkpoint, as metrics.jsonl does.
+        purge_step=start_step + 1 if cfg.grpo.resume else None,
+    )
+    with progress_bar(disable=not progress) as bar, trackers_open as trackers:
+        if cfg.grpo.eval_seeds and "base" not in summary:
+            summary["base"] = evaluate_policy(model, tokenizer, cfg, out, "base", trackers, 0)
         job = bar.add_task("train", total=cfg.grpo.max_steps, completed=start_step, metrics="")
         for step in range(start_step, cfg.grpo.max_steps):
             m = train_step(model, tokenizer, optimizer, cfg, rng, step)
             history.append(m)
             with metrics_path.open("a") as f:
                 f.write(json.dumps(m) + "\n")
+            trackers.log_metrics(m)
             bar.update(job, advance=1, metrics=metric_line(m))
             if progress and (step + 1) % cfg.grpo.logging_steps == 0:
                 # A plain line too: it survives in logs and CI, where no live bar is drawn.
@@ -113,10 +127,13 @@ def train(cfg: Config, progress: bool = True) -> TrainResult:
                     summary=summary,
                 )
                 save_checkpoint(out, model, state)
-    if cfg.grpo.eval_seeds and "trained" not in summary:
-        summary["trained"] = run_success(model, tokenizer, cfg)
-    summary["steps"] = cfg.grpo.max_steps
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+        if cfg.grpo.eval_seeds and "trained" not in summary:
+            summary["trained"] = evaluate_policy(
+                model, tokenizer, cfg, out, "trained", trackers, cfg.grpo.max_steps
+            )
+        summary["steps"] = cfg.grpo.max_steps
+        (out / "summary.json").write_text(json.dumps(summary, indent=1))
+        finish_run(out, trackers, cfg.grpo.max_steps)  # curves.png, episodes.html
     return TrainResult(out, cfg.grpo.max_steps, history, summary)
 
 

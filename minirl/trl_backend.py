@@ -20,18 +20,21 @@ DeepSpeed, through an accelerate config). Three pieces plug minirl into it:
 
 Outputs match minirl's runs where they can: OUTPUT/checkpoint-N (TRL's own checkpoints: adapter,
 optimizer, RNG), the final adapter in OUTPUT itself, OUTPUT/metrics.jsonl (TRL's log lines),
-OUTPUT/summary.json (held-out success before and after) and OUTPUT/trainer_state.json with the
-minirl config, which evaluate.py reads to check the task and base model.
+OUTPUT/summary.json (held-out success before and after), OUTPUT/trainer_state.json with the
+minirl config, which evaluate.py reads to check the task and base model, and the pictures of
+minirl.outputs (curves.png, episodes.html); `--report_to` goes to GRPOConfig (see MAPPING).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from unittest import mock
 
 import torch
 from accelerate import PartialState
@@ -45,10 +48,11 @@ from minirl.checkpoint import TrainResult, check_output_dir, metrics_up_to
 from minirl.config import Config, validate
 from minirl.episode import Episode, EpisodeSpec
 from minirl.errors import ConfigError
-from minirl.eval.sampler import run_success
 from minirl.models import load_policy
+from minirl.outputs import evaluate_policy, finish_run
 from minirl.rewards import outcome_rewards
 from minirl.rollout import rollout
+from minirl.trackers import PROJECT, Trackers, environment, tracking
 
 # Fields of GRPOConfig that minirl sets from something other than the field of the same name.
 # Every other field minirl passes (num_generations, learning_rate, beta, epsilon, epsilon_high,
@@ -78,7 +82,13 @@ MAPPING: dict[str, str] = {
     "bf16": "True only on a CUDA device with bf16 support (GRPOConfig defaults to True, which on "
     "a CPU would run the training forward in bf16 autocast).",
     "save_total_limit": "2, as minirl.checkpoint keeps the two newest checkpoints.",
-    "report_to": "'none': metrics go to OUTPUT/metrics.jsonl, as in minirl.",
+    "report_to": "the same name and meaning; TRL's callbacks log TRL's metrics to each tracker, "
+    "pointed at minirl's places (OUTPUT/tensorboard, trackio project 'minirl', offline W&B in "
+    "OUTPUT/wandb; minirl.trackers.environment), and run_name is the output directory's name. "
+    "The before/after evaluation and the sample episodes are logged there after training. "
+    "OUTPUT/metrics.jsonl is written whatever report_to says.",
+    "run_name, project": "the output directory's name, and 'minirl': trackio's and W&B's run "
+    "and project, as minirl.trackers names them.",
     "use_bias_correction_kl": "False: minirl's k3 KL term is not multiplied by the ratio rho. "
     "TRL 1.16 defaults to True (DeepSeek-V3.2's unbiased KL gradient); it changes the loss only "
     "when beta > 0.",
@@ -239,7 +249,9 @@ def grpo_config(
         bf16=cuda and torch.cuda.is_bf16_supported(),
         fp16=False,
         save_total_limit=2,
-        report_to="none",
+        report_to=cfg.grpo.report_to,
+        run_name=Path(output_dir).name,
+        project=PROJECT,
         disable_tqdm=not progress,
     )
 
@@ -326,25 +338,40 @@ def train_trl(cfg: Config, progress: bool = True) -> TrainResult:
             for name in ("adapter_model.safetensors", "adapter_config.json", "trainer_state.json"):
                 (out / name).unlink(missing_ok=True)
             metrics_path.write_text("")
-            if cfg.grpo.eval_seeds:
-                summary["base"] = run_success(model, tokenizer, cfg)
+            (out / "episodes.json").unlink(missing_ok=True)
+            if cfg.grpo.eval_seeds:  # no tracker is open yet: it is logged after training
+                summary["base"] = evaluate_policy(model, tokenizer, cfg, out, "base", Trackers(), 0)
             summary_path.write_text(json.dumps(summary, indent=1))
     state.wait_for_everyone()
 
-    trainer = build_trainer(cfg, model, tokenizer, str(out), progress)
-    trainer.add_callback(MetricsFile(metrics_path))
-    trainer.train(resume_from_checkpoint=bool(cfg.grpo.resume))
-    trainer.save_model(str(out))  # the final adapter, so OUTPUT itself is an adapter directory
+    # TRL's tracker callbacks read where to write from the environment; set it for this run only.
+    with mock.patch.dict(os.environ, environment(cfg.grpo.report_to, out)):
+        trainer = build_trainer(cfg, model, tokenizer, str(out), progress)
+        trainer.add_callback(MetricsFile(metrics_path))
+        trainer.train(resume_from_checkpoint=bool(cfg.grpo.resume))
+        trainer.save_model(str(out))  # the final adapter, so OUTPUT itself is an adapter directory
 
-    if state.is_main_process:
-        if cfg.grpo.eval_seeds:
-            summary["trained"] = run_success(
-                trainer.accelerator.unwrap_model(model), tokenizer, cfg
-            )
-        summary["steps"] = cfg.grpo.max_steps
-        summary_path.write_text(json.dumps(summary, indent=1))
-        # The file evaluate.py reads to refuse a checkpoint trained on another task or base.
-        meta = {"step": cfg.grpo.max_steps, "config": cfg.to_dict(), "summary": summary}
-        (out / "trainer_state.json").write_text(json.dumps(meta, indent=1))
+        if state.is_main_process:
+            # Into the runs TRL's callbacks logged to (continued, for trackio), at TRL's steps.
+            last = trainer.state.global_step
+            with tracking(cfg.grpo.report_to, out, cfg.to_dict(), resume=True) as trackers:
+                if "base" in summary:
+                    trackers.log_eval(summary["base"], 0)
+                if cfg.grpo.eval_seeds:
+                    summary["trained"] = evaluate_policy(
+                        trainer.accelerator.unwrap_model(model),
+                        tokenizer,
+                        cfg,
+                        out,
+                        "trained",
+                        trackers,
+                        last,
+                    )
+                summary["steps"] = cfg.grpo.max_steps
+                summary_path.write_text(json.dumps(summary, indent=1))
+                # The file evaluate.py reads to refuse a checkpoint trained on another task/base.
+                meta = {"step": cfg.grpo.max_steps, "config": cfg.to_dict(), "summary": summary}
+                (out / "trainer_state.json").write_text(json.dumps(meta, indent=1))
+                finish_run(out, trackers, last)  # curves.png, episodes.html
     history = [json.loads(line) for line in metrics_path.read_text().splitlines() if line]
     return TrainResult(out, cfg.grpo.max_steps, history, summary)

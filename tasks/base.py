@@ -91,6 +91,28 @@ class Env:
         """Every word (other than those in the prompt) that an observation can contain."""
         raise NotImplementedError
 
+    def picture(self) -> dict | None:
+        """The current state as something to draw, for people only; None when the task has none.
+
+        The episode viewer (minirl.viewer) replays an episode through a fresh env and draws this
+        after every turn; the model never sees it (it reads the observation). An optional hook:
+        the default is None, and the viewer then shows the observation text alone. A task with a
+        grid returns a plain, JSON-ready dict; cells are [row, col], row 0 at the top:
+
+            "rows", "cols"   int              the grid's size; outside it is wall
+            "walls"          [[r, c], ...]    walls drawn solid. A task that hides its walls
+                                              (a maze in fog) lists only those the agent has met
+            "hidden_walls"   [[r, c], ...]    optional: walls the agent has not met yet, drawn
+                                              faint, so a student sees what the agent could not
+            "fog"            [[r, c], ...]    optional: cells the agent has not seen, shaded
+            "agent"          [r, c]           where the agent stands
+            "goal"           [r, c]           optional: where it must go
+            "box", "target"  [r, c]           optional: a box and the cell it must be pushed to
+
+        Keys the viewer does not know are ignored, so a task may add its own.
+        """
+        return None
+
     # ---- the public API -------------------------------------------------------------------
     def reset(self, seed: int) -> str:
         # A string seed is hashed with sha512 by random.Random, so instances do not depend on

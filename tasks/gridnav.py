@@ -105,3 +105,13 @@ class GridNav(Env):
     def _observation_words(self) -> set[str]:
         numbers = {str(i) for i in range(self.size)}
         return numbers | {"pos", "goal", "here", "blocked", "none", "wall", "."} | set(ACTIONS)
+
+    def picture(self) -> dict:
+        """The whole grid: gridnav hides nothing (icy inherits this)."""
+        return {
+            "rows": self.size,
+            "cols": self.size,
+            "walls": sorted([r, c] for r, c in self.grid.walls),
+            "agent": list(self.pos),
+            "goal": list(self.goal),
+        }

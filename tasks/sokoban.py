@@ -135,6 +135,17 @@ class Sokoban(Env):
     def _oracle_distance(self) -> float:
         return float(self._dist.get(self.state, math.inf))
 
+    def picture(self) -> dict:
+        player, box = self.state
+        return {
+            "rows": self.size,
+            "cols": self.size,
+            "walls": sorted([r, c] for r, c in self.grid.walls),
+            "agent": list(player),
+            "box": list(box),
+            "target": list(self.target),
+        }
+
     def _observation_words(self) -> set[str]:
         numbers = {str(i) for i in range(0, self.size - 1)}  # coordinates and offsets
         words = {"pos", "box", "target", "here", "blocked", "none", "wall", "deadlock", "."}

@@ -12,9 +12,11 @@ import math
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
+from torch.utils.tensorboard import SummaryWriter
 
 import minirl.grpo
 from minirl.checkpoint import (
@@ -65,9 +67,33 @@ def runs(quick_tiny_path: str, tmp_path_factory: pytest.TempPathFactory) -> dict
     fake = {**at_kill[-1], "step": 3, "reward": 123.0, "loss": 456.0}
     with (part / "metrics.jsonl").open("a") as f:
         f.write(json.dumps(fake) + "\n")
+    # ... and to its tracker (--report_to's default), which the resumed run must forget too.
+    writer = SummaryWriter(str(part / "tensorboard"))
+    writer.add_scalar("train/reward", 123.0, 3)
+    writer.close()
     shutil.copytree(part, tmp / "part_copy")  # for the mismatched-config test, before resuming
     train(small_config(quick_tiny_path, part, 4, resume=True), progress=False)
     return {"full": full, "part": part, "part_copy": tmp / "part_copy", "at_kill": at_kill}
+
+
+def test_tensorboard_forgets_what_the_killed_run_logged(runs: dict) -> None:
+    """After kill + resume, TensorBoard's own reader sees exactly metrics.jsonl: every key, every
+    step once, and not the killed run's step 3 (the resumed writer's purge_step drops it)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(runs["part"] / "tensorboard"), size_guidance={"scalars": 0})
+    events.Reload()
+    metrics = read_metrics(runs["part"])
+    assert [m["step"] for m in metrics] == [1, 2, 3, 4]
+    numeric = [
+        k for k, v in metrics[0].items() if isinstance(v, int | float) and not isinstance(v, bool)
+    ]
+    keys = [k for k in numeric if k != "step"]
+    assert {f"train/{k}" for k in keys} == set(events.Tags()["scalars"])
+    for key in keys:
+        logged = [(e.step, e.value) for e in events.Scalars(f"train/{key}")]
+        assert logged == [(m["step"], np.float32(m[key])) for m in metrics], key
+    assert 123.0 not in [e.value for e in events.Scalars("train/reward")]
 
 
 def test_the_runs_really_learn_something(runs: dict) -> None:

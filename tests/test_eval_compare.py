@@ -73,6 +73,8 @@ def test_evaluate_end_to_end_writes_every_output(
         "heatmap_base.png",
         "passkt_curves.png",
         "behaviour.png",
+        "episodes.json",
+        "episodes.html",
     }
     assert expected <= names and len([n for n in names if n.startswith("heatmap_")]) == 2
     for png in tmp_path.glob("*.png"):
@@ -86,6 +88,16 @@ def test_evaluate_end_to_end_writes_every_output(
     table = datasets.load_dataset("json", data_files=str(tmp_path / "results.jsonl"))["train"]
     assert len(table) == 2 * 2 * 3
     assert set(table.column_names) >= {"checkpoint", "k", "t", "mean", "stderr", "ci_low"}
+    # The viewer's sample: each checkpoint's first episode on every instance at every T, the
+    # same instances for both, and the page puts them side by side (T = 2, the middle one).
+    kept = json.loads((tmp_path / "episodes.json").read_text())["episodes"]
+    assert list(kept) == ["base", "adapter0"]
+    for records in kept.values():
+        assert [(r["seed"], r["budget"]) for r in records] == [
+            (s, t) for t in (1, 2, 3) for s in SEEDS[:5]
+        ]
+    page = (tmp_path / "episodes.html").read_text()
+    assert page.count('class="instance" data-seed=') == 5 and "T = 2" in page
     # Pass@K can only grow with K, and (per instance, hence on average) with T when hidden.
     for entry in results["checkpoints"].values():
         cells = {(c["k"], c["t"]): c["mean"] for c in entry["grid"]}

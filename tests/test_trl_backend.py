@@ -14,6 +14,7 @@ import random
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from peft import PeftModel
@@ -135,7 +136,7 @@ def test_dataset_draws_the_instances_and_budgets_minirl_draws(quick_policy, monk
 def trl_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """3 real GRPOTrainer steps on the tiny base (CPU), recording what rollout_func saw."""
     out = tmp_path_factory.mktemp("trl") / "run"
-    cfg = trl_config(out)
+    cfg = trl_config(out, eval_seeds=4)  # report_to: the default, tensorboard
     calls: list[tuple[list[dict], dict]] = []
     real = backend.make_rollout_func
 
@@ -193,6 +194,29 @@ def test_trl_run_logs_learns_and_writes_minirl_outputs(trl_run: dict) -> None:
     assert meta["config"]["task"]["task"] == "gridnav"
 
 
+def test_trl_run_reports_to_tensorboard_what_it_logs(trl_run: dict) -> None:
+    """TRL's own TensorBoard callback, pointed at OUTPUT/tensorboard, holds TRL's log lines; the
+    before/after evaluation is added at steps 0 and 3, and the run draws its pictures."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out = trl_run["out"]
+    events = EventAccumulator(str(out / "tensorboard"), size_guidance={"scalars": 0})
+    events.Reload()
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [x for x in lines if "reward" in x]
+    for line in steps:
+        for key in ("reward", "success", "turns", "budget", "invalid_rate", "entropy"):
+            found = [e.value for e in events.Scalars(f"train/{key}") if e.step == line["step"]]
+            assert found == [np.float32(line[key])], (key, line["step"])
+    summary = json.loads((out / "summary.json").read_text())
+    for step, results in ((0, summary["base"]), (3, summary["trained"])):
+        for t, result in results.items():
+            found = [e.value for e in events.Scalars(f"eval/success_T{t}") if e.step == step]
+            assert found == [np.float32(result["success"])]
+    assert (out / "curves.png").stat().st_size > 10_000
+    assert (out / "episodes.html").read_text().count('class="instance"') == 4
+
+
 def test_trl_adapter_loads_with_peft_and_evaluates(trl_run: dict, tmp_path: Path, capsys) -> None:
     out = trl_run["out"]
     saved = load_file(out / "adapter_model.safetensors")
@@ -230,6 +254,8 @@ def test_config_mapping(tmp_path: Path) -> None:
     assert args.lr_scheduler_type == "constant" and not args.gradient_checkpointing
     assert not args.mask_truncated_completions and not args.shuffle_dataset
     assert not args.bf16  # no CUDA here
+    assert args.report_to == ["tensorboard"] and args.run_name == tmp_path.name
+    assert backend.grpo_config(trl_config(tmp_path, report_to=["none"]), "x").report_to == []
     with pytest.raises(ConfigError, match="split evenly over 3 processes"):
         backend.grpo_config(cfg, str(tmp_path), num_processes=3)
     # minirl's micro-batch maps onto TRL's: accumulated, so one step still sees every episode.

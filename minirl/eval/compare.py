@@ -43,6 +43,7 @@ from minirl.eval.results import (
 from minirl.eval.sampler import episodes_to_play, success_counts, sweep
 from minirl.models import load_policy
 from minirl.progress import progress_bar
+from minirl.samples import add_samples
 
 BASE = "base"
 
@@ -108,8 +109,12 @@ def checkpoint_labels(text: str) -> dict[str, str]:
     return labels
 
 
-def compare(args: EvalArgs, progress: bool = True) -> EvalResults:
-    """Evaluate every checkpoint of `args` on the same instances, states and sampling seed."""
+def compare(args: EvalArgs, progress: bool = True, samples: Path | None = None) -> EvalResults:
+    """Evaluate every checkpoint of `args` on the same instances, states and sampling seed.
+
+    With `samples`, the first episode of the first few instances at every T, for every
+    checkpoint, is kept in that file for the episode viewer (minirl.samples, minirl.viewer).
+    """
     ks, ts = validate_eval(args)
     labelled = checkpoint_labels(args.checkpoints)
     paths = {
@@ -179,6 +184,16 @@ def compare(args: EvalArgs, progress: bool = True) -> EvalResults:
                 on_batch=lambda done, job=job: bar.update(job, completed=min(done, total)),
                 **rollout_kwargs,
             )
+            if samples is not None:
+                samples.parent.mkdir(parents=True, exist_ok=True)
+                add_samples(
+                    samples,
+                    name,
+                    episodes,
+                    task=args.task,
+                    budget_visible=args.budget_visible,
+                    per_instance=args.n,
+                )
             grid = pass_at_kt(
                 success_counts(episodes, args.n),
                 args.n,

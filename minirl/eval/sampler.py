@@ -173,6 +173,35 @@ def summarize(budget: int, episodes: list[Episode]) -> BudgetResult:
     )
 
 
+def held_out_episodes(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    task: str,
+    budgets: list[int],
+    instances: int,
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    budget_visible: bool,
+    seed: int = 1234,
+    batch_size: int = 256,
+) -> dict[int, list[Episode]]:
+    """One episode on each of the first `instances` held-out instances, at each budget."""
+    return sweep(
+        model,
+        tokenizer,
+        task,
+        budgets,
+        list(tasks.EVAL_SEEDS[:instances]),
+        1,
+        budget_visible=budget_visible,
+        seed=seed,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        batch_size=batch_size,
+    )
+
+
 def held_out_success(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -187,17 +216,16 @@ def held_out_success(
     batch_size: int = 256,
 ) -> dict[int, BudgetResult]:
     """Pass@1 at each budget: one episode on each of the first `instances` held-out instances."""
-    played = sweep(
+    played = held_out_episodes(
         model,
         tokenizer,
         task,
         budgets,
-        list(tasks.EVAL_SEEDS[:instances]),
-        1,
-        budget_visible=budget_visible,
-        seed=seed,
+        instances,
         max_new_tokens=max_new_tokens,
         temperature=temperature,
+        budget_visible=budget_visible,
+        seed=seed,
         batch_size=batch_size,
     )
     return {t: summarize(t, played[t]) for t in budgets}
@@ -208,7 +236,14 @@ def run_success(
 ) -> dict[str, dict]:
     """A training run's before/after numbers: held-out success at its tight, middle and generous
     budgets, as summary.json stores them ({"T": BudgetResult fields})."""
-    results = held_out_success(
+    return run_evaluation(model, tokenizer, cfg)[0]
+
+
+def run_evaluation(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, cfg: Config
+) -> tuple[dict[str, dict], dict[int, list[Episode]]]:
+    """`run_success`'s numbers and the episodes they came from (the viewer keeps a few)."""
+    played = held_out_episodes(
         model,
         tokenizer,
         cfg.task.task,
@@ -218,4 +253,5 @@ def run_success(
         temperature=cfg.grpo.temperature,
         budget_visible=cfg.budget.budget_visible,
     )
-    return {str(t): dataclasses.asdict(r) for t, r in results.items()}
+    results = {str(t): dataclasses.asdict(summarize(t, e)) for t, e in played.items()}
+    return results, played

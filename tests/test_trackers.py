@@ -1,0 +1,196 @@
+"""`--report_to`: every tracker holds exactly what metrics.jsonl and summary.json hold.
+
+One real 3-step run through `python train.py` reports to all three trackers at once, offline:
+tensorboard's event files are read back with tensorboard's own reader, trackio's local SQLite
+store with trackio's, and W&B's offline run file (no login, no network: wandb picks offline mode
+by itself) with its protobuf records. Each step's scalars must equal that step's line of
+metrics.jsonl (tensorboard stores float32, so there they are compared as float32), and the
+before/after evaluation must equal summary.json. The same run must leave its curves and its
+episode viewer page.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import matplotlib.image
+import numpy as np
+import pytest
+
+from minirl import trackers
+from minirl.config import Config, GRPOArgs, validate
+from minirl.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+STEPS = 3
+
+
+@pytest.fixture(scope="module")
+def run(quick_tiny_path: str, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    tmp = tmp_path_factory.mktemp("report")
+    out = tmp / "run"
+    env = {k: v for k, v in os.environ.items() if k not in ("WANDB_MODE", "WANDB_API_KEY")}
+    env.update(TRACKIO_DIR=str(tmp / "trackio"), OMP_NUM_THREADS="1")
+    args = ["--model", quick_tiny_path, "--steps", str(STEPS), "--num_generations", "2"]
+    args += ["--tasks_per_step", "2", "--eval_seeds", "4", "--budget_min", "2", "--budget_max", "4"]
+    args += ["--output_dir", str(out), "--report_to", "tensorboard", "trackio", "wandb"]
+    proc = subprocess.run(
+        [sys.executable, "train.py", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    summary = json.loads((out / "summary.json").read_text())
+    return {"out": out, "tmp": tmp, "metrics": lines, "summary": summary, "env": env}
+
+
+def train_scalars(line: dict) -> dict[str, float]:
+    return {f"train/{k}": v for k, v in line.items() if k != "step"}
+
+
+def eval_scalars(results: dict) -> dict[str, float]:
+    return {f"eval/{f}_T{t}": r[f] for t, r in results.items() for f in trackers.EVAL_FIELDS}
+
+
+def test_tensorboard_holds_metrics_jsonl(run: dict) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run["out"] / "tensorboard"), size_guidance={"scalars": 0})
+    events.Reload()
+    assert [m["step"] for m in run["metrics"]] == list(range(1, STEPS + 1))
+    tags = set(events.Tags()["scalars"])
+    for line in run["metrics"]:
+        for tag, value in train_scalars(line).items():
+            found = [e.value for e in events.Scalars(tag) if e.step == line["step"]]
+            assert found == [np.float32(value)], (tag, line["step"])
+    expected = {tag: None for line in run["metrics"] for tag in train_scalars(line)}
+    summary = run["summary"]
+    for step, results in ((0, summary["base"]), (STEPS, summary["trained"])):
+        for tag, value in eval_scalars(results).items():
+            assert [e.value for e in events.Scalars(tag) if e.step == step] == [np.float32(value)]
+            expected[tag] = None
+    assert tags == set(expected)  # nothing else, nothing missing
+    # The sample episodes: one markdown row per kept episode (2 policies x 4 instances x 3 T).
+    text = events.Tensors("episodes/text_summary")[0].tensor_proto.string_val[0].decode()
+    assert text.count("\n| 100000") == 2 * 4 * 3
+
+
+def test_trackio_store_holds_metrics_jsonl(run: dict) -> None:
+    # In a child process: trackio fixes its store's directory when it is first imported.
+    read = (
+        "import json, sys; from trackio.sqlite_storage import SQLiteStorage; "
+        "print(json.dumps(SQLiteStorage.get_logs(sys.argv[1], sys.argv[2]), default=str))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", read, trackers.PROJECT, run["out"].name],
+        env=run["env"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    logs = json.loads(proc.stdout.strip().splitlines()[-1])
+    for line in run["metrics"]:
+        found = [
+            {k: v for k, v in log.items() if k.startswith("train/")}
+            for log in logs
+            if log["step"] == line["step"] and any(k.startswith("train/") for k in log)
+        ]
+        assert found == [train_scalars(line)], line["step"]
+    summary = run["summary"]
+    for step, results in ((0, summary["base"]), (STEPS, summary["trained"])):
+        found = [
+            {k: v for k, v in log.items() if k.startswith("eval/")}
+            for log in logs
+            if log["step"] == step and any(k.startswith("eval/") for k in log)
+        ]
+        assert found == [eval_scalars(results)]
+    assert any("episodes" in log for log in logs)
+
+
+def wandb_history(path: Path) -> list[dict]:
+    """The history rows of a W&B run file: a LevelDB-style log of protobuf Records.
+
+    wandb 0.31 no longer ships a Python reader for its own files, so this is the format as its
+    writer lays it out: a 7-byte header (":W&B", magic, version), then 32 KiB blocks of chunks,
+    each with a 7-byte header (crc32c, length, type: 1 full, 2 first, 3 middle, 4 last).
+    """
+    from wandb.proto import wandb_internal_pb2
+
+    data = path.read_bytes()
+    assert data[:4] == b":W&B"
+    pos, record, rows = 7, b"", []
+    while pos + 7 <= len(data):
+        room = 32768 - pos % 32768
+        if room < 7:  # too little room for a chunk header: the block is padded
+            pos += room
+            continue
+        length, kind = int.from_bytes(data[pos + 4 : pos + 6], "little"), data[pos + 6]
+        if kind == 0:
+            break
+        record += data[pos + 7 : pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):
+            parsed = wandb_internal_pb2.Record()
+            parsed.ParseFromString(record)
+            record = b""
+            if parsed.WhichOneof("record_type") == "history":
+                items = parsed.history.item  # a "train/reward" key may come split at the "/"
+                rows.append(
+                    {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in items}
+                )
+    return rows
+
+
+def test_wandb_offline_run_holds_metrics_jsonl(run: dict) -> None:
+    (found,) = (run["out"] / "wandb").glob("offline-run-*/run-*.wandb")  # offline, by itself
+    rows = wandb_history(found)
+    for line in run["metrics"]:
+        at = [r for r in rows if r.get(trackers.STEP_KEY) == line["step"] and "train/reward" in r]
+        assert len(at) == 1
+        assert {k: at[0][k] for k in train_scalars(line)} == train_scalars(line)
+    trained = [r for r in rows if r.get(trackers.STEP_KEY) == STEPS and "eval/success_T2" in r]
+    assert trained[0]["eval/success_T2"] == run["summary"]["trained"]["2"]["success"]
+    assert any(key.startswith("episodes") for r in rows for key in r)
+
+
+def test_the_run_draws_its_curves_and_its_episodes(run: dict) -> None:
+    out = run["out"]
+    pixels = matplotlib.image.imread(out / "curves.png")[..., :3]
+    assert pixels.shape[0] > 400 and pixels.std() > 0.05  # not a blank canvas
+    page = (out / "episodes.html").read_text()
+    samples = json.loads((out / "episodes.json").read_text())
+    assert list(samples["episodes"]) == ["base", "trained"]
+    assert page.count('class="instance"') == 4  # the 4 evaluation instances at the middle T
+    assert page.count('<td class="frame" data-policy="trained"') == sum(
+        len(e["turns"]) + 1 for e in samples["episodes"]["trained"] if e["budget"] == 3
+    )
+
+
+def test_report_to_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = Config(grpo=GRPOArgs(report_to=["tensorboard", "comet_ml"]))
+    with pytest.raises(ConfigError, match="--report_to 'comet_ml': valid choices are none, "):
+        validate(cfg)
+    with pytest.raises(ConfigError, match="cannot be combined"):
+        validate(Config(grpo=GRPOArgs(report_to=["none", "wandb"])))
+    yaml_style = Config(grpo=GRPOArgs(report_to="trackio,wandb"))  # type: ignore[arg-type]
+    validate(yaml_style)
+    assert yaml_style.grpo.report_to == ["trackio", "wandb"]
+    assert Config().grpo.report_to == ["tensorboard"]
+    # W&B: offline unless a login or WANDB_MODE says otherwise, so it never waits for a network.
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("HOME", "/nonexistent")  # no ~/.netrc
+    assert trackers.wandb_mode() == "offline"
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    assert trackers.wandb_mode() == "online"
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    assert trackers.wandb_mode() == "disabled"
