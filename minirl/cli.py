@@ -41,11 +41,20 @@ class ArgParser(HfArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {one_line(message)}\n")
 
-    def parse_args_into_dataclasses(self, args=None, **kwargs):  # noqa: ANN001, ANN201
-        try:
-            return super().parse_args_into_dataclasses(args=args, **kwargs)
-        except ValueError as err:  # "Some specified arguments are not used by the ...Parser"
-            self.error(str(err))
+    def parse_args_into_dataclasses(
+        self,
+        args=None,
+        return_remaining_strings: bool = False,
+        **kwargs,
+    ) -> tuple:
+        *parsed, unknown = super().parse_args_into_dataclasses(
+            args=args, return_remaining_strings=True, **kwargs
+        )
+        if return_remaining_strings:
+            return (*parsed, unknown)
+        if unknown:  # HfArgumentParser would raise a ValueError naming itself
+            self.error(f"unrecognized arguments: {' '.join(unknown)} (see {self.prog} --help)")
+        return tuple(parsed)
 
 
 def one_line(message: str) -> str:

@@ -38,8 +38,11 @@ ADAPTER = "adapter_model.safetensors"
         (["--t", ","], "--t is empty"),
         (["--task", "chess"], "--task 'chess': valid tasks are"),
         (["--t", "5-2"], "range 5-2 is empty"),
-        (["--no_such_flag", "1"], "--no_such_flag"),
-        (["--study", "--no_such_flag", "1"], "--no_such_flag"),
+        (
+            ["--no_such_flag", "1"],
+            "unrecognized arguments: --no_such_flag 1 (see evaluate.py --help)",
+        ),
+        (["--study", "--no_such_flag", "1"], "unrecognized arguments: --no_such_flag 1"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(flags: list[str], message: str, tmp_path: Path) -> None:

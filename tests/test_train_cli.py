@@ -200,7 +200,7 @@ BAD_INPUT = {
     "generations": (2, ["--num_generations", ">= 2", "1"]),
     "yaml_choice": (2, ["--mode", "sometimes", "fixed", "budgetmix"]),
     "yaml_missing": (2, ["--config", "missing.yaml"]),
-    "unknown_flag": (2, ["--no_such_flag"]),
+    "unknown_flag": (2, ["unrecognized arguments: --no_such_flag 0.1", "--help"]),
     "abbreviation": (2, ["--learning_rat"]),
     "model": (2, ["--model", "./nope", "no such model directory", "'tiny'"]),
     "model_typo": (2, ["--model 'tinyx': no such model directory", "hub id"]),
