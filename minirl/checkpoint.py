@@ -308,7 +308,9 @@ def check_writable(path: str | Path, flag: str) -> None:
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
     if not probe.is_dir():
-        raise ConfigError(f"{flag} {path}: {probe} is a file, not a directory")
+        raise ConfigError(
+            f"{flag} {path}: {probe} is a file, not a directory; choose another {flag}"
+        )
     try:
         with tempfile.TemporaryFile(dir=probe):
             pass

@@ -30,18 +30,12 @@ import evaluate  # noqa: E402
 ADAPTER = "adapter_model.safetensors"
 
 
+# Two real processes, where stray output from imports or libraries would show (the red-team
+# run's two-line errors under HF_HUB_OFFLINE=1); every other bad value runs in-process below.
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--checkpoints", "base,/no/such/dir"], "is not 'base' or an existing directory"),
-        (["--k", "1,16", "--n", "8"], "--k '1,16': values must be <= 8"),
-        (["--t", ","], "--t is empty"),
-        (["--task", "chess"], "--task 'chess': valid tasks are"),
-        (["--t", "5-2"], "range 5-2 is empty"),
-        (
-            ["--no_such_flag", "1"],
-            "unrecognized arguments: --no_such_flag 1 (see evaluate.py --help)",
-        ),
+        (["--t", "5-2"], "--t '5-2': range 5-2 is empty"),
         (["--study", "--no_such_flag", "1"], "unrecognized arguments: --no_such_flag 1"),
     ],
 )
@@ -72,6 +66,14 @@ def run_main(argv: list[str], capsys) -> tuple[int, list[str]]:
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
+        (["--checkpoints", "base,/no/such/dir"], "--checkpoints: '/no/such/dir' is not 'base'"),
+        (["--k", "1,16", "--n", "8"], "--k '1,16': values must be <= 8"),
+        (["--t", ","], "--t is empty"),
+        (["--task", "chess"], "--task 'chess': valid tasks are"),
+        (
+            ["--no_such_flag", "1"],
+            "unrecognized arguments: --no_such_flag 1 (see evaluate.py --help)",
+        ),
         (["--temperature", "nan"], "--temperature must be a finite number, got nan"),
         (["--instances", "100001"], "--instances must be in [1, 100000], got 100001"),
         (["--t", "1-300000000"], "--t '1-300000000': values must be <= 100"),
@@ -125,7 +127,12 @@ BROKEN = {
     "garbage_trainer_state": (
         lambda c: (c / "checkpoint-1" / "trainer_state.json").write_text("{not json"),
         "run",
-        ["checkpoint-1/trainer_state.json is corrupt"],
+        ["checkpoint-1/trainer_state.json is corrupt", "no checkpoint of this run is intact"],
+    ),
+    "garbage_trainer_state_newest": (
+        lambda c: (c / "checkpoint-2" / "trainer_state.json").write_text("{not json"),
+        "run+newer",
+        ["checkpoint-2/trainer_state.json is corrupt", "checkpoint-1 is intact"],
     ),
     "trainer_state_not_a_mapping": (
         lambda c: (c / "checkpoint-1" / "trainer_state.json").write_text("[1, 2]"),
@@ -193,7 +200,7 @@ def test_only_checkpoint_dirs_count_so_a_stray_backup_is_ignored(run_dir: Path, 
 @pytest.mark.parametrize(
     ("output", "words"),
     [
-        ("a_file", ["--output", "a_file", "is a file, not a directory"]),
+        ("a_file", ["--output", "a_file", "is a file, not a directory; choose another --output"]),
         ("/sys/minirl-eval", ["--output /sys/minirl-eval cannot be written", "Permission denied"]),
     ],
 )

@@ -209,7 +209,7 @@ BAD_INPUT = {
     "model_offline_hub": (2, ["Org/not-downloaded", "HF_HUB_OFFLINE is set", "download it once"]),
     "backend": (2, ["--backend", "jax", "minirl", "trl"]),
     "backend_process": (2, ["--reward_mode process", "--backend trl"]),
-    "output_is_a_file": (2, ["--output_dir", "a_file", "is a file, not a directory"]),
+    "output_is_a_file": (2, ["a_file is a file, not a directory; choose another --output_dir"]),
     "output_not_writable": (2, ["--output_dir", "/sys/minirl-run", "cannot be written"]),
     "resume_empty": (2, ["--resume", "no checkpoint"]),
     "resume_corrupt": (2, ["checkpoint-1", "corrupt", "no older checkpoint is intact"]),

@@ -110,17 +110,24 @@ def newest_intact(found: list[Path]) -> Path:
 
     Evaluating an older checkpoint silently would report another policy under the run's name.
     """
+
+    def check(path: Path) -> None:
+        read_adapter(path)
+        recorded_config(path)
+
     try:
-        read_adapter(found[-1])
+        check(found[-1])
         return found[-1]
     except CheckpointError as err:
         for older in reversed(found[:-1]):
             try:
-                read_adapter(older)
+                check(older)
             except CheckpointError:
                 continue
             raise CheckpointError(f"{err}; {older} is intact: evaluate it by that path") from err
-        raise
+        raise CheckpointError(
+            f"{err}; no checkpoint of this run is intact: train it again"
+        ) from err
 
 
 def checkpoint_labels(text: str) -> dict[str, str]:
