@@ -174,14 +174,18 @@ def test_only_the_newest_two_are_kept_and_tmp_dirs_are_ignored(policy, tmp_path:
     for step in (1, 2, 3):
         save_checkpoint(tmp_path, model, state_at(step))
     (tmp_path / "checkpoint-9.tmp").mkdir()  # a write killed half-way
+    # A user's backup copy: int('6.bak') used to crash both tools; only checkpoint-<N> counts.
+    shutil.copytree(tmp_path / "checkpoint-3", tmp_path / "checkpoint-6.bak")
     assert [p.name for p in checkpoints(tmp_path)] == ["checkpoint-2", "checkpoint-3"]
+    save_checkpoint(tmp_path, model, state_at(4))  # the pruning leaves the backup alone
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "checkpoint-2",
         "checkpoint-3",
+        "checkpoint-4",
+        "checkpoint-6.bak",
         "checkpoint-9.tmp",
     ]
     state = load_checkpoint(checkpoints(tmp_path)[-1], model)
-    assert state.step == 3 and state.python_rng == (3, tuple(range(625)), None)
+    assert state.step == 4 and state.python_rng == (3, tuple(range(625)), None)
 
 
 def test_nan_weights_are_refused_and_the_last_checkpoint_survives(policy, tmp_path: Path) -> None:

