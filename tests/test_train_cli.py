@@ -345,10 +345,10 @@ REFUSED_YAML = {
     "max_steps: [1, 2]": "--max_steps [1, 2]: expected an integer",
     "max_steps: 2.7": "--max_steps 2.7: expected an integer",
     "lora_r: 2.5": "--lora_r 2.5: expected an integer",
-    "temperature: null": "--temperature None: expected a number",
+    "temperature: null": "--temperature null: expected a number",
     "output_dir: 5": "--output_dir 5: expected a string",
     "eval_seeds: 2.5": "--eval_seeds 2.5: expected an integer",
-    "max_new_tokens: true": "--max_new_tokens True: expected an integer",
+    "max_new_tokens: true": "--max_new_tokens true: expected an integer",
     "learning_rate: .nan": "--learning_rate must be a finite number, got nan",
     "- a list": "Config file",
 }

@@ -133,14 +133,14 @@ def test_messages_name_the_flag_the_range_and_why() -> None:
             "--seed must be in [0, 4294967295], got 100000000000000000000000 (seeds are 32-bit)",
         ),
         (TaskArgs(invalid_penalty=math.nan), "--invalid_penalty must be a finite number, got nan"),
-        (TaskArgs(max_new_tokens=True), "--max_new_tokens True: expected an integer"),
+        (TaskArgs(max_new_tokens=True), "--max_new_tokens true: expected an integer"),
         (ModelArgs(lora_dropout=1.5), "--lora_dropout must be in [0, 1), got 1.5"),
         (
             BudgetArgs(budget_max=101),
             "--budget_max must be in [1, 100], got 101 "
             "(the tiny model reads turn counts up to 100)",
         ),
-        (GRPOArgs(temperature=None), "--temperature None: expected a number"),
+        (GRPOArgs(temperature=None), "--temperature null: expected a number"),
         (GRPOArgs(output_dir=5), "--output_dir 5: expected a string"),
         (BudgetArgs(mode="sometimes"), "--mode 'sometimes': expected one of fixed, budgetmix"),
     ]
