@@ -8,8 +8,9 @@ Every compared checkpoint plays the same instances from the same seed. The termi
 table per checkpoint and the deltas against the first; --output gets results.json, results.jsonl
 and PNG plots (see minirl/eval/compare.py), and episodes.html, the checkpoints' episodes on the
 same instances side by side (minirl/viewer.py). Flags come from `EvalArgs` in minirl/config.py. Bad
-input prints one line and exits with status 2. `--study` takes the flags of `StudyArgs` instead (see
-minirl/study/run.py).
+input prints one line and exits with status 2; every other expected failure (a corrupt checkpoint,
+an unwritable --output, Ctrl-C) is one line too (minirl/cli.py). `--study` takes the flags of
+`StudyArgs` instead (see minirl/study/run.py).
 """
 
 from __future__ import annotations
@@ -17,14 +18,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from transformers import HfArgumentParser
-
+from minirl.cli import ArgParser, run_cli
 from minirl.config import EvalArgs, StudyArgs, validate_eval, validate_study
-from minirl.errors import ConfigError, MinirlError
 
 
-def build_parser() -> HfArgumentParser:
-    parser = HfArgumentParser(EvalArgs, description=__doc__.split("\n")[0], allow_abbrev=False)
+def build_parser() -> ArgParser:
+    parser = ArgParser(
+        EvalArgs, prog="evaluate.py", description=__doc__.split("\n")[0], allow_abbrev=False
+    )
     parser.add_argument(
         "--budget-hidden",
         "--budget_hidden",
@@ -43,24 +44,24 @@ def parse(argv: list[str] | None = None) -> EvalArgs:
 
 
 def study_main(argv: list[str]) -> int:
-    parser = HfArgumentParser(StudyArgs, description="Run the study", allow_abbrev=False)
+    parser = ArgParser(
+        StudyArgs, prog="evaluate.py", description="Run the study", allow_abbrev=False
+    )
     (args,) = parser.parse_args_into_dataclasses(args=argv)
-    try:
-        validate_study(args)
-    except ConfigError as err:
-        print(f"evaluate.py: error: {err}", file=sys.stderr)
-        return 2
-    from minirl.study.report import write_report
+    kept = f"finished runs are kept in {args.output}: the same command continues the study"
+    return run_cli("evaluate.py", lambda: study(args, argv), lambda: kept)
 
+
+def study(args: StudyArgs, argv: list[str]) -> int:
+    validate_study(args)
+    from minirl.checkpoint import check_writable
+    from minirl.study.report import write_report
     from minirl.study.run import run_study
 
-    try:
-        study = run_study(args)
-    except MinirlError as err:
-        print(f"evaluate.py: error: {err}", file=sys.stderr)
-        return 2
-    report = write_report(study, Path(args.output), "python evaluate.py --study " + " ".join(argv))
-    print(f"study finished in {study.timings['total_seconds'] / 60:.1f} min; report: {report}")
+    check_writable(args.output, "--output")
+    done = run_study(args)
+    report = write_report(done, Path(args.output), "python evaluate.py --study " + " ".join(argv))
+    print(f"study finished in {done.timings['total_seconds'] / 60:.1f} min; report: {report}")
     return 0
 
 
@@ -69,22 +70,21 @@ def main(argv: list[str] | None = None) -> int:
     if "--study" in argv:
         return study_main([a for a in argv if a != "--study"])
     args = parse(argv)
-    try:
-        validate_eval(args)  # before the heavy imports, so bad flags fail at once
-    except ConfigError as err:
-        print(f"evaluate.py: error: {err}", file=sys.stderr)
-        return 2
+    kept = f"{args.output} holds no complete results"
+    return run_cli("evaluate.py", lambda: run(args), lambda: kept)
+
+
+def run(args: EvalArgs) -> int:
+    validate_eval(args)  # before the heavy imports, so bad flags fail at once
+    from minirl.checkpoint import check_writable
     from minirl.eval.compare import compare, write_outputs
     from minirl.eval.tables import print_tables
     from minirl.viewer import write_page
 
+    check_writable(args.output, "--output")  # before hours of evaluation, not after
     samples = Path(args.output) / "episodes.json"  # a few episodes of each, for the viewer
     samples.unlink(missing_ok=True)
-    try:
-        results = compare(args, samples=samples)
-    except MinirlError as err:
-        print(f"evaluate.py: error: {err}", file=sys.stderr)
-        return 2
+    results = compare(args, samples=samples)
     print_tables(results)
     written = [*write_outputs(results, args.output), samples, write_page(args.output)]
     print(f"wrote {len(written)} files to {args.output}: " + ", ".join(p.name for p in written))

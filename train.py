@@ -8,7 +8,9 @@
     accelerate launch train.py --backend trl          # ... on every GPU accelerate is set up for
 
 Every flag comes from the dataclasses in minirl/config.py (`python train.py --help`). Bad values
-print one line naming the flag and exit with status 2; nothing is trained.
+print one line naming the flag and exit with status 2; nothing is trained. Every other expected
+failure is one line too (minirl/cli.py): a run that cannot finish (diverged, disk full) exits 1,
+Ctrl-C exits 130, each saying which checkpoint `--resume` will continue from.
 """
 
 from __future__ import annotations
@@ -20,13 +22,18 @@ from trl import TrlParser
 
 # Only the light modules load before parsing: torch, peft and bitsandbytes take seconds to import,
 # and --help or a bad flag should answer at once.
+from minirl.cli import ArgParser, run_cli
 from minirl.config import BudgetArgs, Config, GRPOArgs, ModelArgs, TaskArgs, validate
-from minirl.errors import ConfigError, MinirlError
 
 
-def build_parser() -> TrlParser:
-    parser = TrlParser(
+class Parser(ArgParser, TrlParser):
+    """TRL's parser (flags plus `--config FILE.yaml`) with minirl's one-line errors."""
+
+
+def build_parser() -> Parser:
+    parser = Parser(
         (ModelArgs, GRPOArgs, BudgetArgs, TaskArgs),
+        prog="train.py",
         description=__doc__.split("\n")[0],
         # A typo that happens to be a prefix (--learning_rat, --eval) must not silently set a flag.
         allow_abbrev=False,
@@ -63,21 +70,17 @@ def parse(argv: list[str] | None = None) -> Config:
 
 def main(argv: list[str] | None = None) -> int:
     cfg = parse(argv)
-    try:
-        validate(cfg)  # before the heavy imports, so a bad value fails fast
-    except ConfigError as err:
-        print(f"train.py: error: {err}", file=sys.stderr)
-        return 2
+    return run_cli("train.py", lambda: run(cfg), lambda: resume_hint(cfg))
+
+
+def run(cfg: Config) -> int:
+    validate(cfg)  # before the heavy imports, so a bad value fails fast
     if cfg.grpo.backend == "trl":
         from minirl.trl_backend import train_trl as train
     else:
         from minirl.trainer import train
 
-    try:
-        result = train(cfg)
-    except MinirlError as err:
-        print(f"train.py: error: {err}", file=sys.stderr)
-        return 2
+    result = train(cfg)
     summary = result.summary
     if "base" in summary and "trained" in summary:
         print(f"held-out success on {cfg.task.task} (base -> trained):")
@@ -86,6 +89,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  T={budget:>2}: {base['success']:.3f} -> {trained['success']:.3f}")
     print(f"metrics, checkpoints and summary.json in {result.output_dir}")
     return 0
+
+
+def resume_hint(cfg: Config) -> str:
+    """What a failed or interrupted run leaves: the checkpoint --resume continues from."""
+    from minirl.checkpoint import checkpoints
+
+    found = checkpoints(cfg.output_dir)
+    if not found:
+        return f"no checkpoint was written to {cfg.output_dir}, so there is nothing to resume"
+    return f"the same command with --resume continues from {found[-1]}"
 
 
 if __name__ == "__main__":

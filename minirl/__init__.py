@@ -3,6 +3,7 @@
 One file per step of the method, in the order data flows through a training step:
 
     config.py, errors.py      the settings of every command, and the one-line errors
+    validation.py, cli.py     every field checked from its type; the CLIs' one error path
     models.py                 the policy: a 4-bit base with LoRA (tiny.py, smollm2.py: two bases)
     chat.py                   a conversation as token segments, with the assistant mask
     episode.py                the records: EpisodeSpec -> Episode (Turns, ids, masks, log-probs)
@@ -20,10 +21,15 @@ One file per step of the method, in the order data flows through a training step
     eval/                     Pass@(K,T) and the behaviour analyses (evaluate.py)
     study/                    the paper's claims on toy tasks (evaluate.py --study)
     tools/                    the benchmark and the GPU memory estimate
+    offline.py                no network unless a hub model is named
 """
 
 import logging
 
-# bitsandbytes logs a warning at import on CPUs with AVX512-BF16 when the optional `kernels`
-# package (which downloads a kernel from a hub) is absent; its built-in CPU kernels work without.
+from minirl import offline
+
+# Before anything imports bitsandbytes: its CPU backend must not ask the hub for a kernel.
+offline.install()
+# bitsandbytes then logs a warning on CPUs with AVX512-BF16, as it does when the optional
+# `kernels` package is absent; its built-in CPU kernels work without.
 logging.getLogger("bitsandbytes").setLevel(logging.ERROR)

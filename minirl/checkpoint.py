@@ -7,21 +7,33 @@ A checkpoint is a directory `OUTPUT/checkpoint-<step>/` holding
     trainer_state.json                                step, config and the summary so far
 
 It is written to `checkpoint-<step>.tmp/` first and renamed into place, so a run killed mid-write
-leaves the previous checkpoint intact; a directory without the `.tmp` suffix is always complete.
-Loading uses safetensors and `torch.load(weights_only=True)` only: a checkpoint is data, never code.
+leaves the previous checkpoint intact. Only directories named exactly `checkpoint-<N>` count
+(not `.tmp`, not a stray `checkpoint-6.bak`). Loading uses safetensors and
+`torch.load(weights_only=True)` only: a checkpoint is data, never code.
 
-The run directory around the checkpoints has rules too, kept here with them: a run never silently
-resumes or overwrites an earlier one (`check_output_dir`), a resume must use the flags the run was
-started with (`check_resume_config`), and `metrics.jsonl` is cut back to the checkpoint's step
+Checkpoints defend themselves. Adapter weights that are not finite, or have run away
+(`weights_problem`), are never saved (a diverged policy stops the run: `check_not_diverged`) and
+never loaded. A resume (`resume_point`) reads the checkpoint's config and step before any model
+loads: it must use the flags the run was started with (`check_resume_config`) and may not start
+past `--max_steps`; when the newest checkpoint is corrupt it says so and continues from the newest
+intact one, replaying the steps in between exactly.
+
+The run directory around the checkpoints has rules too, kept here with them: its location must be
+writable before anything loads (`check_writable`), a run never silently resumes or overwrites an
+earlier one (`check_output_dir`), and `metrics.jsonl` is cut back to the checkpoint's step
 (`metrics_up_to`) so the replayed steps are not logged twice.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
+import re
 import shutil
+import tempfile
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,7 +42,15 @@ from peft import PeftModel, set_peft_model_state_dict
 from safetensors.torch import load_file
 
 from minirl.config import Config
-from minirl.errors import CheckpointError, ConfigError
+from minirl.errors import CheckpointError, ConfigError, RunError
+
+CHECKPOINT_NAME = re.compile(r"checkpoint-(\d+)")
+ADAPTER = "adapter_model.safetensors"
+# AdamW moves a weight by about learning_rate per step, and peft starts lora_A near
+# 1/sqrt(width) and lora_B at 0, so the adapters of a sane run stay far below 1 (60 steps at the
+# default rate: at most 0.06 from where they started). A weight of 1e4 means the updates ran away;
+# a few steps more and the logits overflow, and sampling fails on inf/NaN probabilities.
+MAX_ADAPTER_WEIGHT = 1e4
 
 # Flags that may differ between a run and its resumption without changing its results.
 RESUMABLE_CHANGES = {
@@ -67,41 +87,116 @@ class TrainerState:
 
 
 def checkpoints(output_dir: str | Path) -> list[Path]:
-    """Complete checkpoints in `output_dir`, oldest first."""
+    """Complete checkpoints in `output_dir` (directories named checkpoint-<N>), oldest first."""
     root = Path(output_dir)
     if not root.is_dir():
         return []
-    found = [p for p in root.glob("checkpoint-*") if p.is_dir() and p.suffix != ".tmp"]
+    found = [p for p in root.iterdir() if p.is_dir() and CHECKPOINT_NAME.fullmatch(p.name)]
     return sorted(found, key=lambda p: int(p.name.split("-")[1]))
+
+
+def weights_problem(tensors: dict[str, torch.Tensor]) -> str | None:
+    """Why these adapter weights cannot be a trained policy (not finite, or run away), or None."""
+    named = [(name, t) for name, t in tensors.items() if t.numel()]
+    if not named:
+        return None
+    # One peak per tensor (max propagates NaN), stacked: a single device sync per check.
+    peaks = torch.stack([t.detach().abs().max().float() for _, t in named])
+    bad = ~torch.isfinite(peaks) | (peaks > MAX_ADAPTER_WEIGHT)
+    if not bad.any():
+        return None
+    first = int(bad.nonzero()[0])
+    name, peak = named[first][0], float(peaks[first])
+    if not math.isfinite(peak):
+        return f"{name} holds NaN or inf"
+    return f"{name} reached {peak:.3g} (a sane run stays below {MAX_ADAPTER_WEIGHT:g})"
+
+
+def check_not_diverged(model: torch.nn.Module, step: int, learning_rate: float) -> None:
+    """Stop a run whose adapters ran away, before the step is saved (RunError, exit status 1)."""
+    trained = {n: p.detach() for n, p in model.named_parameters() if p.requires_grad}
+    problem = weights_problem(trained)
+    if problem:
+        raise RunError(
+            f"policy diverged at step {step}: {problem}; it was not saved. Start a new run with "
+            f"a lower --learning_rate (this one used {learning_rate:g})"
+        )
+
+
+def reason(err: Exception) -> str:
+    """The first line of an exception from a file reader, for a one-line message."""
+    return str(err).splitlines()[0] if str(err) else type(err).__name__
+
+
+def read_adapter(path: Path) -> dict[str, torch.Tensor]:
+    """The adapter weights in directory `path`, checked; CheckpointError says what is wrong."""
+    if not (path / "adapter_config.json").is_file():
+        raise CheckpointError(f"{path} is incomplete: it has no adapter_config.json")
+    try:
+        json.loads((path / "adapter_config.json").read_text())
+    except ValueError as err:
+        raise CheckpointError(f"{path}/adapter_config.json is corrupt ({reason(err)})") from err
+    if not (path / ADAPTER).is_file():
+        if (path / "adapter_model.bin").is_file():
+            raise CheckpointError(
+                f"{path} holds adapter_model.bin, a pickle, which minirl does not load: load it "
+                f"with peft and save_pretrained it again to get {ADAPTER}"
+            )
+        raise CheckpointError(f"{path} is incomplete: it has no {ADAPTER}")
+    try:
+        tensors = load_file(path / ADAPTER)
+    except Exception as err:  # noqa: BLE001
+        # safetensors raises its own error type, or OSError, for truncated or garbled files.
+        raise CheckpointError(f"{path / ADAPTER} is corrupt ({reason(err)})") from err
+    problem = weights_problem(tensors)
+    if problem:
+        raise CheckpointError(f"{path} holds unusable weights: {problem}")
+    return tensors
+
+
+def read_meta(path: Path) -> dict:
+    """trainer_state.json of a minirl checkpoint: {"step", "config", "summary"}."""
+    try:
+        meta = json.loads((path / "trainer_state.json").read_text())
+        if not (isinstance(meta.get("step"), int) and isinstance(meta.get("config"), dict)):
+            raise ValueError("no step and config")
+    except (OSError, ValueError, AttributeError) as err:
+        raise CheckpointError(
+            f"{path}/trainer_state.json is missing or corrupt ({reason(err)})"
+        ) from err
+    return meta
 
 
 def save_checkpoint(
     output_dir: str | Path, model: PeftModel, state: TrainerState, keep: int = 2
 ) -> Path:
     """Write checkpoint-<step> atomically and prune all but the newest `keep`."""
-    for p in model.parameters():
-        if p.requires_grad and not torch.isfinite(p).all():
-            raise CheckpointError(
-                f"refusing to save step {state.step}: adapter weights are not finite"
-            )
+    trained = {n: p.detach() for n, p in model.named_parameters() if p.requires_grad}
+    problem = weights_problem(trained)
+    if problem:
+        raise RunError(f"refusing to save step {state.step}: {problem}")
     root = Path(output_dir)
     final = root / f"checkpoint-{state.step}"
     tmp = root / f"checkpoint-{state.step}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    model.save_pretrained(tmp)  # adapter_model.safetensors + adapter_config.json
-    torch.save(
-        {
-            "step": state.step,
-            "optimizer": state.optimizer,
-            "torch_rng": state.torch_rng,
-            # Python's RNG state is (version, tuple of 625 ints, gauss): plain data, safe to load.
-            "python_rng": state.python_rng,
-        },
-        tmp / "trainer_state.pt",
-    )
-    meta = {"step": state.step, "config": state.config, "summary": state.summary}
-    (tmp / "trainer_state.json").write_text(json.dumps(meta, indent=1))
+    try:
+        tmp.mkdir(parents=True)
+        model.save_pretrained(tmp)  # adapter_model.safetensors + adapter_config.json
+        torch.save(
+            {
+                "step": state.step,
+                "optimizer": state.optimizer,
+                "torch_rng": state.torch_rng,
+                # Python's RNG state is (version, tuple of 625 ints, gauss): plain data.
+                "python_rng": state.python_rng,
+            },
+            tmp / "trainer_state.pt",
+        )
+        meta = {"step": state.step, "config": state.config, "summary": state.summary}
+        (tmp / "trainer_state.json").write_text(json.dumps(meta, indent=1))
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)  # a full disk: give back what the write took
+        raise
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
@@ -110,19 +205,84 @@ def save_checkpoint(
     return final
 
 
+def read_checkpoint(path: Path) -> tuple[dict[str, torch.Tensor], dict, dict]:
+    """(adapter weights, trainer_state.pt, trainer_state.json) of a checkpoint, all checked."""
+    weights, meta = read_adapter(path), read_meta(path)
+    try:
+        raw = torch.load(path / "trainer_state.pt", weights_only=True)
+        missing = {"step", "optimizer", "torch_rng", "python_rng"} - set(raw)
+        if missing:
+            raise KeyError(f"no {sorted(missing)[0]}")
+    except Exception as err:  # noqa: BLE001 (torch.load raises many types for a garbled file)
+        message = f"{path}/trainer_state.pt is missing or corrupt ({reason(err)})"
+        raise CheckpointError(message) from err
+    return weights, raw, meta
+
+
+def resume_point(existing: list[Path], cfg: Config) -> Path:
+    """The checkpoint `--resume` continues from, checked before any model loads.
+
+    The newest intact checkpoint: a corrupt newer one is named in a warning and skipped (the
+    steps after the older one are replayed exactly). Its config must match the flags
+    (check_resume_config), and its step must not pass --max_steps.
+    """
+    # TRL's checkpoints hold no minirl config; the summary.json the run started with does.
+    if cfg.grpo.backend == "trl":
+        saved = recorded_config(existing[0].parent / "summary.json")
+        if saved:
+            check_resume_config(saved, cfg)
+    broken: list[str] = []
+    for path in reversed(existing):
+        try:
+            step = checkpoint_step(path, cfg)
+        except CheckpointError as err:
+            broken.append(str(err))
+            continue
+        if step > cfg.grpo.max_steps:
+            raise ConfigError(
+                f"--resume: {path.name} is already at step {step}, past --max_steps "
+                f"{cfg.grpo.max_steps}; resume with --max_steps {step} or more"
+            )
+        if broken:
+            warnings.warn(
+                f"{broken[0]}; resuming from {path.name}, the newest intact checkpoint",
+                stacklevel=2,
+            )
+        return path
+    raise CheckpointError(f"--resume: {broken[0]}, and no older checkpoint is intact")
+
+
+def checkpoint_step(path: Path, cfg: Config) -> int:
+    """The training step a checkpoint holds, after reading and checking it.
+
+    minirl's checkpoints are read whole and their config compared with the flags. TRL's
+    (`--backend trl`) are TRL's own: the adapter is checked, and the name counts optimizer steps,
+    num_iterations per minirl step.
+    """
+    if cfg.grpo.backend == "trl":
+        read_adapter(path)
+        return int(path.name.split("-")[1]) // cfg.grpo.num_iterations
+    _, _, meta = read_checkpoint(path)
+    check_resume_config(meta["config"], cfg)
+    return meta["step"]
+
+
+def recorded_config(path: Path) -> dict:
+    """The config a run recorded in summary.json ({} if it has none)."""
+    try:
+        return json.loads(path.read_text()).get("config", {}) if path.is_file() else {}
+    except (ValueError, AttributeError) as err:
+        raise CheckpointError(f"{path} is corrupt ({reason(err)})") from err
+
+
 def load_checkpoint(path: str | Path, model: PeftModel) -> TrainerState:
     """Load the adapter into `model` and return the trainer state; CheckpointError if unreadable."""
     path = Path(path)
+    weights, raw, meta = read_checkpoint(path)
     try:
-        weights = load_file(path / "adapter_model.safetensors")
-        raw = torch.load(path / "trainer_state.pt", weights_only=True)
-        meta = json.loads((path / "trainer_state.json").read_text())
-    except Exception as err:  # noqa: BLE001
-        # safetensors, torch and json raise many unrelated exception types for truncated or
-        # garbled files; any of them means the same thing here.
-        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise CheckpointError(f"checkpoint {path} is missing or corrupt: {reason}") from err
-    result = set_peft_model_state_dict(model, weights)
+        result = set_peft_model_state_dict(model, weights)
+    except RuntimeError as err:  # a size mismatch: another --lora_r, another base model
+        raise CheckpointError(f"{path} does not fit this model ({reason(err)})") from err
     unexpected = [k for k in getattr(result, "unexpected_keys", []) if "lora" in k]
     if unexpected:
         raise CheckpointError(f"checkpoint {path} does not match this model ({unexpected[0]} ...)")
@@ -142,8 +302,28 @@ def restore_rng(state: TrainerState, rng: random.Random) -> None:
     rng.setstate(state.python_rng)
 
 
+def check_writable(path: str | Path, flag: str) -> None:
+    """Refuse an output location that cannot be written, before any model loads."""
+    path = Path(path)
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ConfigError(
+            f"{flag} {path}: {probe} is a file, not a directory; choose another {flag}"
+        )
+    try:
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError as err:
+        raise ConfigError(
+            f"{flag} {path} cannot be written ({err.strerror}); choose another {flag}"
+        ) from err
+
+
 def check_output_dir(out: Path, cfg: Config) -> list[Path]:
     """The run directory's checkpoints, after refusing to silently resume or overwrite them."""
+    check_writable(out, "--output_dir")
     existing = checkpoints(out)
     if cfg.grpo.resume and not existing:
         raise CheckpointError(f"--resume: no checkpoint found in {out}")
@@ -160,13 +340,12 @@ def check_resume_config(saved: dict, cfg: Config) -> None:
     now = cfg.to_dict()
     # A flag added after the checkpoint was written had its default then.
     defaults = Config().to_dict()
-    diffs = [
-        f"--{key}"
-        for section in now
-        for key in now[section]
-        if key not in RESUMABLE_CHANGES
-        and saved[section].get(key, defaults[section][key]) != now[section][key]
-    ]
+    diffs = []
+    for section, values in now.items():
+        for key, value in values.items():
+            then = saved.get(section, {}).get(key, defaults[section][key])
+            if key not in RESUMABLE_CHANGES and then != value:
+                diffs.append(f"--{key} ({then!r}, now {value!r})")
     if diffs:
         raise ConfigError(
             f"--resume: the checkpoint was made with different {', '.join(diffs)}; "

@@ -11,14 +11,16 @@ with its adapters switched off (`model.disable_adapter()`), so no second copy is
 
 `name` is `tiny` (the embedded base for the task, from minirl.tiny, built on first use),
 `smollm2` (a real 135M chat model converted once from a GGUF file, minirl.smollm2), a local
-checkpoint directory, or a hub id such as `Qwen/Qwen2.5-0.5B-Instruct` (needs internet and, in
-practice, a GPU; minirl.tools.gpu_memory estimates what a run needs). `quant="none"` skips
-quantization; the rest of the path is identical.
+checkpoint directory, or a hub id `owner/name` such as `Qwen/Qwen2.5-0.5B-Instruct` (needs
+internet once and, in practice, a GPU; minirl.tools.gpu_memory estimates what a run needs). A hub
+id is the only name that reaches the network; a name that is none of these is refused at once.
+`quant="none"` skips quantization; the rest of the path is identical.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,7 +36,8 @@ from transformers import (
 )
 from transformers.utils import logging as hf_logging
 
-from minirl.errors import ModelLoadError
+from minirl.errors import CheckpointError, ModelLoadError
+from minirl.validation import MODEL_CHOICES, check_model
 
 QUANT_CHOICES = ("nf4", "none")
 
@@ -44,7 +47,10 @@ def default_device() -> torch.device:
 
 
 def resolve_model_path(name: str, task: str = "gridnav") -> str:
-    """Map `tiny` to the cached tiny base for `task` (built if needed); pass other names through."""
+    """Map `tiny` to the cached tiny base for `task` (built if needed); pass other names through.
+
+    Any other name must be a model directory or a hub id (minirl.validation.check_model).
+    """
     if name == "tiny":
         from minirl.tiny import TinyRecipe, ensure_tiny
 
@@ -53,15 +59,49 @@ def resolve_model_path(name: str, task: str = "gridnav") -> str:
         from minirl.smollm2 import ensure_smollm2
 
         return str(ensure_smollm2().path)
-    if name.startswith((".", "/", "~")) and not Path(name).expanduser().exists():
-        raise ModelLoadError(
-            f"--model {name!r}: no such directory (use 'tiny', a path or a hub id)"
+    check_model(name)
+    path = Path(name).expanduser()
+    return str(path) if path.is_dir() else name
+
+
+def hub_error(name: str, err: Exception) -> ModelLoadError:
+    """A one-line ModelLoadError for a model that transformers could not load."""
+    from huggingface_hub import constants
+
+    first = str(err).splitlines()[0] if str(err) else type(err).__name__
+    if Path(name).expanduser().is_dir():
+        return ModelLoadError(f"--model {name!r} could not be loaded ({first})")
+    if constants.HF_HUB_OFFLINE:
+        return ModelLoadError(
+            f"--model {name!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set: "
+            f"download it once with internet access, or use {MODEL_CHOICES}"
         )
-    return str(Path(name).expanduser()) if name.startswith("~") else name
+    return ModelLoadError(
+        f"--model {name!r} could not be loaded ({first}); without internet access, set "
+        "HF_HUB_OFFLINE=1 to use the local Hugging Face cache without asking the hub"
+    )
+
+
+@contextlib.contextmanager
+def quiet_hub() -> Iterator[None]:
+    """Hide huggingface_hub's warning per retry (ten lines when the hub is unreachable): the
+    one-line error that follows says what happened."""
+    hub = logging.getLogger("huggingface_hub")
+    level = hub.level
+    hub.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        hub.setLevel(level)
 
 
 def load_tokenizer(path: str) -> PreTrainedTokenizerBase:
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    try:
+        with quiet_hub():
+            tokenizer = AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        # Not reachable, not downloaded, or a directory whose files are not a tokenizer's.
+        raise hub_error(path, err) from err
     if tokenizer.chat_template is None:
         raise ModelLoadError(f"--model {path!r}: the tokenizer has no chat template")
     if tokenizer.pad_token_id is None:
@@ -91,12 +131,10 @@ def load_base(path: str, quant: str = "nf4", device: torch.device | None = None)
     device = device or default_device()
     hf_logging.disable_progress_bar()
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, **load_kwargs(quant, device))
-    except OSError as err:  # not a directory, not a reachable hub id
-        raise ModelLoadError(
-            f"--model {path!r} could not be loaded ({str(err).splitlines()[0]}); "
-            "use 'tiny', a local checkpoint directory, or a hub id with internet access"
-        ) from err
+        with quiet_hub():
+            model = AutoModelForCausalLM.from_pretrained(path, **load_kwargs(quant, device))
+    except (OSError, ValueError, KeyError) as err:  # unreachable, or not a causal LM's files
+        raise hub_error(path, err) from err
     finally:
         hf_logging.enable_progress_bar()
     if quant == "none":
@@ -158,7 +196,13 @@ def load_policy(
             base = prepare_model_for_kbit_training(base, use_gradient_checkpointing=False)
         base.config.use_cache = True
         if adapter is not None:
-            model = PeftModel.from_pretrained(base, str(adapter), is_trainable=True)
+            try:
+                model = PeftModel.from_pretrained(base, str(adapter), is_trainable=True)
+            except (RuntimeError, ValueError, KeyError) as err:  # e.g. a size mismatch
+                first = str(err).splitlines()[0]
+                raise CheckpointError(
+                    f"the adapter in {adapter} does not fit --model {name!r} ({first})"
+                ) from err
         else:
             model = get_peft_model(base, lora_config(lora_r, lora_alpha, lora_dropout))
     return model, tokenizer

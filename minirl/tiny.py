@@ -40,6 +40,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 import tasks
 from minirl.cache import cache_root, write_directory_atomically
 from minirl.chat import budget_text, encode_conversation
+from minirl.config import MAX_TURNS
 from minirl.progress import progress_bar
 
 CHATML_TEMPLATE = (
@@ -163,7 +164,9 @@ def demo_stream(recipe: TinyRecipe, rng: random.Random):
 
 def corpus_words(recipe: TinyRecipe, rng: random.Random, episodes: int = 400) -> list[str]:
     """Text that covers every word the tasks can show: prompts, actions, sampled observations."""
-    lines = ["system user assistant turns left :", " ".join(str(i) for i in range(101))]
+    # Every "turns left" count a run can show: config.MAX_TURNS caps the budgets for this reason.
+    counts = " ".join(str(i) for i in range(MAX_TURNS + 1))
+    lines = ["system user assistant turns left :", counts]
     for name, _ in recipe.tasks:
         env = tasks.make(name)
         lines.append(env.system_prompt)

@@ -39,11 +39,12 @@ from minirl.budgets import draw_groups
 from minirl.checkpoint import (
     TrainerState,
     TrainResult,
+    check_not_diverged,
     check_output_dir,
-    check_resume_config,
     load_checkpoint,
     metrics_up_to,
     restore_rng,
+    resume_point,
     save_checkpoint,
 )
 from minirl.config import Config, validate
@@ -61,6 +62,8 @@ def train(cfg: Config, progress: bool = True) -> TrainResult:
     validate(cfg)
     out = Path(cfg.output_dir)
     existing = check_output_dir(out, cfg)
+    # The checkpoint to continue from, its flags and step checked before the model loads.
+    resume_from = resume_point(existing, cfg) if cfg.grpo.resume else None
     torch.manual_seed(cfg.grpo.seed)
     rng = random.Random(cfg.grpo.seed)
     model, tokenizer = load_policy(
@@ -76,9 +79,8 @@ def train(cfg: Config, progress: bool = True) -> TrainResult:
     )
     metrics_path = out / "metrics.jsonl"
     start_step, summary = 0, {}
-    if cfg.grpo.resume:
-        state = load_checkpoint(existing[-1], model)
-        check_resume_config(state.config, cfg)
+    if resume_from is not None:
+        state = load_checkpoint(resume_from, model)
         optimizer.load_state_dict(state.optimizer)
         restore_rng(state, rng)
         start_step, summary = state.step, state.summary
@@ -112,6 +114,7 @@ def train(cfg: Config, progress: bool = True) -> TrainResult:
             with metrics_path.open("a") as f:
                 f.write(json.dumps(m) + "\n")
             trackers.log_metrics(m)
+            check_not_diverged(model, step + 1, cfg.grpo.learning_rate)  # before it is saved
             bar.update(job, advance=1, metrics=metric_line(m))
             if progress and (step + 1) % cfg.grpo.logging_steps == 0:
                 # A plain line too: it survives in logs and CI, where no live bar is drawn.

@@ -40,11 +40,18 @@ import torch
 from accelerate import PartialState
 from datasets import Dataset
 from transformers import PreTrainedTokenizerBase, TrainerCallback
+from transformers.trainer_callback import PrinterCallback, ProgressCallback
 from trl import GRPOConfig, GRPOTrainer
 from trl.models import unwrap_model_for_generation
 
 from minirl.budgets import draw_groups
-from minirl.checkpoint import TrainResult, check_output_dir, metrics_up_to
+from minirl.checkpoint import (
+    TrainResult,
+    check_not_diverged,
+    check_output_dir,
+    metrics_up_to,
+    resume_point,
+)
 from minirl.config import Config, validate
 from minirl.episode import Episode, EpisodeSpec
 from minirl.errors import ConfigError
@@ -56,8 +63,8 @@ from minirl.trackers import PROJECT, Trackers, environment, tracking
 
 # Fields of GRPOConfig that minirl sets from something other than the field of the same name.
 # Every other field minirl passes (num_generations, learning_rate, beta, epsilon, epsilon_high,
-# num_iterations, loss_type, scale_rewards, temperature, max_grad_norm, seed, logging_steps,
-# output_dir) means the same in both and is copied as is.
+# num_iterations, loss_type, scale_rewards, temperature, max_grad_norm, seed, output_dir) means
+# the same in both and is copied as is.
 MAPPING: dict[str, str] = {
     "per_device_train_batch_size": "the same name and meaning (episodes per forward pass), "
     "capped at tasks_per_step * num_generations / number of processes; TRL does not sort the "
@@ -89,6 +96,11 @@ MAPPING: dict[str, str] = {
     "OUTPUT/metrics.jsonl is written whatever report_to says.",
     "run_name, project": "the output directory's name, and 'minirl': trackio's and W&B's run "
     "and project, as minirl.trackers names them.",
+    "logging_steps": "1: TRL averages what it logs over the steps since its last log, and after "
+    "a resume that window starts at the resume, so a line would differ from the uninterrupted "
+    "run's. Logged every step, each metrics.jsonl line is one step's numbers, as in minirl; "
+    "the console shows every --logging_steps-th (PrintEvery). TRL's closing line (train_loss, "
+    "train_runtime) covers only the steps this process ran and stays out of metrics.jsonl.",
     "use_bias_correction_kl": "False: minirl's k3 KL term is not multiplied by the ratio rho. "
     "TRL 1.16 defaults to True (DeepSeek-V3.2's unbiased KL gradient); it changes the loss only "
     "when beta > 0.",
@@ -232,7 +244,7 @@ def grpo_config(
         temperature=g.temperature,
         max_grad_norm=g.max_grad_norm,
         seed=g.seed,
-        logging_steps=g.logging_steps,
+        logging_steps=1,
         per_device_train_batch_size=micro,
         gradient_accumulation_steps=accumulation,
         steps_per_generation=accumulation,
@@ -265,15 +277,40 @@ def process_state() -> PartialState:
 
 
 class MetricsFile(TrainerCallback):
-    """Append every log line TRL emits to OUTPUT/metrics.jsonl (the file minirl's runs write)."""
+    """Append each step's log line to OUTPUT/metrics.jsonl (the file minirl's runs write)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
 
     def on_log(self, args, state, control, logs=None, **kwargs) -> None:  # noqa: ANN001
-        if logs is not None and state.is_world_process_zero:
+        # The closing line covers only this process's steps: after a resume it would differ.
+        closing = logs is not None and "train_runtime" in logs
+        if logs is not None and not closing and state.is_world_process_zero:
             with self.path.open("a") as f:
                 f.write(json.dumps({"step": state.global_step, **logs}) + "\n")
+
+
+class PrintEvery(ProgressCallback):
+    """TRL's progress bar, printing the log of every `every`-th step (TRL now logs every step)."""
+
+    def __init__(self, every: int) -> None:
+        super().__init__()
+        self.every = every
+
+    def on_log(self, args, state, control, logs=None, **kwargs) -> None:  # noqa: ANN001
+        if state.global_step % self.every == 0 or (logs and "train_runtime" in logs):
+            super().on_log(args, state, control, logs=logs, **kwargs)
+
+
+class StopIfDiverged(TrainerCallback):
+    """minirl.checkpoint.check_not_diverged after every optimizer step, before TRL saves it."""
+
+    def __init__(self, model: torch.nn.Module, cfg: Config) -> None:
+        self.model, self.cfg = model, cfg
+
+    def on_step_end(self, args, state, control, **kwargs) -> None:  # noqa: ANN001
+        step = state.global_step // self.cfg.grpo.num_iterations
+        check_not_diverged(self.model, step, self.cfg.grpo.learning_rate)
 
 
 def build_trainer(
@@ -307,8 +344,9 @@ def build_trainer(
 def train_trl(cfg: Config, progress: bool = True) -> TrainResult:
     """Train with GRPOTrainer; the same run directory rules and outputs as minirl.trainer.train."""
     validate(cfg)
-    out = Path(cfg.grpo.output_dir or f"runs/trl-{cfg.budget.mode}-{cfg.task.task}")
+    out = Path(cfg.output_dir)
     existing = check_output_dir(out, cfg)
+    resume_from = resume_point(existing, cfg) if cfg.grpo.resume else None
     state = process_state()
     torch.manual_seed(cfg.grpo.seed)
     model, tokenizer = load_policy(
@@ -324,10 +362,10 @@ def train_trl(cfg: Config, progress: bool = True) -> TrainResult:
     metrics_path, summary_path = out / "metrics.jsonl", out / "summary.json"
     summary: dict = {"config": cfg.to_dict(), "backend": "trl"}
     if state.is_main_process:
-        if cfg.grpo.resume:
-            # Lines logged after the last checkpoint will be logged again; the base evaluation
-            # of the interrupted run is kept.
-            step = int(existing[-1].name.split("-")[1])
+        if resume_from is not None:
+            # Lines logged after the checkpoint will be logged again; the base evaluation of the
+            # interrupted run is kept.
+            step = int(resume_from.name.split("-")[1])
             metrics_path.write_text("".join(x + "\n" for x in metrics_up_to(metrics_path, step)))
             if summary_path.exists():
                 summary = json.loads(summary_path.read_text())
@@ -348,7 +386,11 @@ def train_trl(cfg: Config, progress: bool = True) -> TrainResult:
     with mock.patch.dict(os.environ, environment(cfg.grpo.report_to, out)):
         trainer = build_trainer(cfg, model, tokenizer, str(out), progress)
         trainer.add_callback(MetricsFile(metrics_path))
-        trainer.train(resume_from_checkpoint=bool(cfg.grpo.resume))
+        trainer.add_callback(StopIfDiverged(model, cfg))
+        if trainer.pop_callback(ProgressCallback) is not None:
+            trainer.add_callback(PrintEvery(cfg.grpo.logging_steps))
+        trainer.pop_callback(PrinterCallback)  # progress=False: quiet
+        trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
         trainer.save_model(str(out))  # the final adapter, so OUTPUT itself is an adapter directory
 
         if state.is_main_process:

@@ -1,5 +1,9 @@
 """Checkpoints: --resume reproduces an uninterrupted run, files are safe, bad states are refused.
 
+Also: a run killed with SIGKILL at a random point inside a checkpoint write resumes to the same
+adapter; a resume is checked (flags, step, intact files) before the model loads; a corrupt newest
+checkpoint gives way to the newest intact one; a diverged policy is stopped before it is saved.
+
 The runs use the quick tiny base, whose replies are nearly all invalid. With one token per reply
 and a penalty of 1 per invalid action, the rare valid word still gives groups a reward spread, so
 the adapter and the AdamW moments really move and resume has something to get wrong.
@@ -7,26 +11,35 @@ the adapter and the AdamW moments really move and resume has something to get wr
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
+import random
 import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 from torch.utils.tensorboard import SummaryWriter
 
 import minirl.grpo
+import minirl.trainer
 from minirl.checkpoint import (
     TrainerState,
+    check_not_diverged,
     checkpoints,
     load_checkpoint,
     save_checkpoint,
+    weights_problem,
 )
 from minirl.config import BudgetArgs, Config, GRPOArgs, ModelArgs, TaskArgs
-from minirl.errors import CheckpointError, ConfigError
+from minirl.errors import CheckpointError, ConfigError, RunError
 from minirl.models import load_policy
 from minirl.trainer import train
 
@@ -187,14 +200,18 @@ def test_only_the_newest_two_are_kept_and_tmp_dirs_are_ignored(policy, tmp_path:
     for step in (1, 2, 3):
         save_checkpoint(tmp_path, model, state_at(step))
     (tmp_path / "checkpoint-9.tmp").mkdir()  # a write killed half-way
+    # A user's backup copy: int('6.bak') used to crash both tools; only checkpoint-<N> counts.
+    shutil.copytree(tmp_path / "checkpoint-3", tmp_path / "checkpoint-6.bak")
     assert [p.name for p in checkpoints(tmp_path)] == ["checkpoint-2", "checkpoint-3"]
+    save_checkpoint(tmp_path, model, state_at(4))  # the pruning leaves the backup alone
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "checkpoint-2",
         "checkpoint-3",
+        "checkpoint-4",
+        "checkpoint-6.bak",
         "checkpoint-9.tmp",
     ]
     state = load_checkpoint(checkpoints(tmp_path)[-1], model)
-    assert state.step == 3 and state.python_rng == (3, tuple(range(625)), None)
+    assert state.step == 4 and state.python_rng == (3, tuple(range(625)), None)
 
 
 def test_nan_weights_are_refused_and_the_last_checkpoint_survives(policy, tmp_path: Path) -> None:
@@ -204,7 +221,7 @@ def test_nan_weights_are_refused_and_the_last_checkpoint_survives(policy, tmp_pa
     lora = next(p for n, p in model.named_parameters() if "lora_A" in n)
     with torch.no_grad():
         lora[0, 0] = float("nan")
-    with pytest.raises(CheckpointError, match="not finite"):
+    with pytest.raises(RunError, match="refusing to save step 2: .*lora_A.* holds NaN or inf"):
         save_checkpoint(tmp_path, model, state_at(2))
     assert [p.name for p in tmp_path.iterdir()] == ["checkpoint-1"]
     assert (good / ADAPTER).read_bytes() == saved
@@ -240,3 +257,191 @@ def test_nan_loss_warns_and_skips_the_update(
         match = [p for n, p in init.items() if n.replace(".default", "") == key]
         assert len(match) == 1, key
         torch.testing.assert_close(tensor, match[0].detach().cpu(), rtol=0, atol=0)
+
+
+def refuse_model_loading(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the trainer fail loudly if it gets as far as loading the model."""
+
+    def load_policy(*args, **kwargs):
+        raise AssertionError("the model was loaded before the resume was checked")
+
+    monkeypatch.setattr(minirl.trainer, "load_policy", load_policy)
+
+
+def test_resume_with_another_lora_r_is_refused_before_the_model_loads(
+    runs: dict, quick_tiny_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    refuse_model_loading(monkeypatch)
+    cfg = small_config(quick_tiny_path, runs["part_copy"], 4, resume=True)
+    cfg.model.lora_r = 8  # used to load the weights first: a size-mismatch RuntimeError
+    with pytest.raises(ConfigError, match=r"different --lora_r \(16, now 8\)"):
+        train(cfg, progress=False)
+
+
+def test_resume_past_max_steps_is_refused(
+    runs: dict, quick_tiny_path: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = tmp_path / "done"
+    shutil.copytree(runs["full"], run)
+    summary = (run / "summary.json").read_text()
+    refuse_model_loading(monkeypatch)
+    cfg = small_config(quick_tiny_path, run, 2, resume=True)
+    with pytest.raises(ConfigError) as err:
+        train(cfg, progress=False)
+    assert str(err.value) == (
+        "--resume: checkpoint-4 is already at step 4, past --max_steps 2; resume with "
+        "--max_steps 4 or more"
+    )
+    assert (run / "summary.json").read_text() == summary  # not rewritten as "2 steps"
+
+
+def test_a_corrupt_newest_checkpoint_gives_way_to_the_newest_intact_one(
+    runs: dict, quick_tiny_path: str, tmp_path: Path
+) -> None:
+    run = tmp_path / "corrupt"
+    shutil.copytree(runs["full"], run)
+    (run / "checkpoint-4" / ADAPTER).write_bytes(b"\0" * 64)  # a disk error
+    with pytest.warns(UserWarning) as warned:
+        train(small_config(quick_tiny_path, run, 4, resume=True), progress=False)
+    (message,) = [str(w.message) for w in warned if "resuming" in str(w.message)]
+    assert message.startswith(f"{run / 'checkpoint-4' / ADAPTER} is corrupt")
+    assert message.endswith("; resuming from checkpoint-2, the newest intact checkpoint")
+    # Steps 3 and 4 were replayed exactly: the same adapter as the uninterrupted run.
+    a = load_file(runs["full"] / "checkpoint-4" / ADAPTER)
+    b = load_file(run / "checkpoint-4" / ADAPTER)
+    for key in a:
+        torch.testing.assert_close(b[key], a[key], rtol=0, atol=1e-6)
+    assert [m["step"] for m in read_metrics(run)] == [1, 2, 3, 4]
+
+
+def test_nan_weights_are_refused_on_load(runs: dict, quick_tiny_path: str, tmp_path: Path) -> None:
+    run = tmp_path / "nan"
+    shutil.copytree(runs["part_copy"], run)
+    weights = load_file(run / "checkpoint-2" / ADAPTER)
+    key = sorted(weights)[0]
+    weights[key] = torch.full_like(weights[key], float("nan"))
+    save_file(weights, str(run / "checkpoint-2" / ADAPTER))
+    with pytest.raises(CheckpointError) as err:
+        train(small_config(quick_tiny_path, run, 4, resume=True), progress=False)
+    assert str(err.value) == (
+        f"--resume: {run / 'checkpoint-2'} holds unusable weights: {key} holds NaN or inf, and "
+        "no older checkpoint is intact"
+    )
+
+
+def test_exploding_weights_are_a_diverged_policy(policy) -> None:
+    model, _ = policy
+    assert weights_problem({"w": torch.ones(3)}) is None
+    assert weights_problem({"w": torch.tensor([1.0, float("inf")])}) == "w holds NaN or inf"
+    assert weights_problem({"w": torch.tensor([2e4])}) == (
+        "w reached 2e+04 (a sane run stays below 10000)"
+    )
+    check_not_diverged(model, 3, 1e-3)  # a fresh adapter is fine
+    lora = next(p for n, p in model.named_parameters() if "lora_A" in n)
+    with torch.no_grad():
+        lora[0, 0] = 3e29  # what --learning_rate 1e30 does after one AdamW step
+    with pytest.raises(RunError) as err:
+        check_not_diverged(model, 3, 1e30)
+    assert str(err.value).startswith("policy diverged at step 3: ")
+    assert str(err.value).endswith(
+        "reached 3e+29 (a sane run stays below 10000); it was not saved. Start a new run with "
+        "a lower --learning_rate (this one used 1e+30)"
+    )
+
+
+def test_a_full_disk_mid_write_leaves_the_last_checkpoint_and_no_debris(
+    policy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model, _ = policy
+    good = save_checkpoint(tmp_path, model, state_at(1))
+    saved = {p.name: p.read_bytes() for p in good.iterdir()}
+
+    def full_disk(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", "trainer_state.pt")
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    with pytest.raises(OSError) as err:
+        save_checkpoint(tmp_path, model, state_at(2))
+    assert err.value.errno == errno.ENOSPC
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint-1"]  # the .tmp was removed
+    assert {p.name: p.read_bytes() for p in good.iterdir()} == saved
+
+
+# Runs the trainer in a child process that SIGKILLs itself at a random executed line inside the
+# write of its last checkpoint (checkpoint-4; --save_steps 1). The lines are counted in the write
+# before it (the first write also pays one-off costs, such as compiling peft's model-card
+# template), and a line is drawn among them: at any call depth (mode "any"), or among the lines
+# of save_checkpoint itself (mode "top": between its steps).
+KILLED_CHILD = r"""
+import json, os, random, signal, sys
+import minirl.checkpoint
+import minirl.trainer as trainer
+from minirl.config import Config
+
+cfg, seed, mode = Config.from_dict(json.loads(sys.argv[1])), int(sys.argv[2]), sys.argv[3]
+real_save, counted = trainer.save_checkpoint, []
+top = minirl.checkpoint.save_checkpoint.__code__
+
+def save_and_maybe_die(output_dir, model, state, *args, **kwargs):
+    last = state.step == cfg.grpo.max_steps
+    kill_at = random.Random(seed).randint(1, counted[-1]) if last else None
+    lines = 0
+    def tracer(frame, event, arg):
+        nonlocal lines
+        if event == "line" and (mode == "any" or frame.f_code is top):
+            lines += 1
+            if lines == kill_at:
+                print(f"killed at line {lines} of {counted[-1]} ({frame.f_code.co_name}:"
+                      f"{frame.f_lineno})", file=sys.stderr, flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)
+        return tracer
+    sys.settrace(tracer)
+    try:
+        return real_save(output_dir, model, state, *args, **kwargs)
+    finally:
+        sys.settrace(None)
+        counted.append(lines)
+
+trainer.save_checkpoint = save_and_maybe_die
+trainer.train(cfg, progress=False)
+"""
+
+
+def kill_and_resume(quick_tiny_path: str, run: Path, seed: int, mode: str) -> str:
+    """Kill a 4-step run inside its last checkpoint write, then resume it; returns where."""
+    cfg = small_config(quick_tiny_path, run, 4)
+    cfg.grpo.save_steps = 1  # the write before the last one counts the lines
+    proc = subprocess.run(
+        [sys.executable, "-c", KILLED_CHILD, json.dumps(cfg.to_dict()), str(seed), mode],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    where = f"MINIRL_KILL_SEED={seed}: {proc.stderr.strip().splitlines()[-1:]}"
+    assert proc.returncode == -signal.SIGKILL, (where, proc.stderr[-2000:])
+    assert checkpoints(run), where  # checkpoint-3, and checkpoint-4 if the rename happened
+    # The flags of runs["full"]: save_steps may differ on a resume (it changes no result).
+    train(small_config(quick_tiny_path, run, 4, resume=True), progress=False)
+    return where
+
+
+@pytest.mark.slow
+def test_kill_at_a_random_point_inside_a_checkpoint_write_then_resume(
+    runs: dict, quick_tiny_path: str, tmp_path: Path
+) -> None:
+    seed = int(os.environ.get("MINIRL_KILL_SEED", random.randrange(10**6)))
+    run = tmp_path / "killed"
+    where = kill_and_resume(quick_tiny_path, run, seed, "any")
+    a = load_file(runs["full"] / "checkpoint-4" / ADAPTER)
+    b = load_file(run / "checkpoint-4" / ADAPTER)
+    assert a.keys() == b.keys(), where
+    for key in a:
+        torch.testing.assert_close(b[key], a[key], rtol=0, atol=1e-6, msg=where)
+    full, resumed = read_metrics(runs["full"]), read_metrics(run)
+    assert [m["step"] for m in resumed] == [1, 2, 3, 4], where
+    for x, y in zip(full, resumed, strict=True):
+        assert {k: v for k, v in x.items() if k not in TIMING_KEYS} == pytest.approx(
+            {k: v for k, v in y.items() if k not in TIMING_KEYS}, abs=1e-6, nan_ok=True
+        ), where
+    assert not list(run.glob("*.tmp")), where

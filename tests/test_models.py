@@ -11,7 +11,14 @@ from hubstub import HUB_ID, small_qwen_repo, stub_hub_download
 from minirl.batch import sequence_logps, to_batch
 from minirl.episode import EpisodeSpec
 from minirl.errors import ModelLoadError
-from minirl.models import load_base, load_kwargs, load_policy, reference_policy
+from minirl.models import (
+    load_base,
+    load_kwargs,
+    load_policy,
+    load_tokenizer,
+    reference_policy,
+    resolve_model_path,
+)
 from minirl.rollout import rollout
 
 
@@ -79,11 +86,31 @@ def test_nf4_lora_gradients_match_a_full_precision_twin(quick_tiny_path) -> None
         torch.testing.assert_close(g, grads[1][name], atol=1e-4, rtol=2e-3, msg=name)
 
 
-def test_unknown_model_and_quant_are_clear_errors(quick_tiny_path) -> None:
-    with pytest.raises(ModelLoadError, match="no such directory"):
+def test_unknown_model_and_quant_are_clear_errors(quick_tiny_path, tmp_path) -> None:
+    with pytest.raises(ModelLoadError, match="no such model directory"):
         load_policy("./does-not-exist")
     with pytest.raises(ModelLoadError, match="valid choices are nf4, none"):
         load_base(quick_tiny_path, quant="int3")
+    # A typo is not a hub id (those name their owner): refused without asking the network.
+    with pytest.raises(ModelLoadError, match="'tinyx': no such model directory"):
+        resolve_model_path("tinyx")
+    (tmp_path / "notes.txt").write_text("not a model")
+    with pytest.raises(ModelLoadError, match="directory without config.json, not a model; use"):
+        resolve_model_path(str(tmp_path))
+    (tmp_path / "adapter_config.json").write_text("{}")
+    with pytest.raises(ModelLoadError, match="LoRA adapter: evaluate it with evaluate.py"):
+        resolve_model_path(str(tmp_path))
+    assert resolve_model_path("Qwen/Qwen2.5-0.5B-Instruct") == "Qwen/Qwen2.5-0.5B-Instruct"
+
+
+def test_a_hub_id_missing_from_the_cache_offline_is_one_clear_line(tmp_path, monkeypatch) -> None:
+    stub_hub_download(tmp_path, monkeypatch)  # an empty cache for HUB_ID, offline mode on
+    with pytest.raises(ModelLoadError) as err:
+        load_tokenizer("Org/not-downloaded")
+    assert str(err.value).startswith(
+        "--model 'Org/not-downloaded' is not in the local Hugging Face cache and HF_HUB_OFFLINE "
+        "is set: download it once with internet access, or use 'tiny'"
+    )
 
 
 # ---- a hub model on a GPU, with the download stubbed out ---------------------------------------

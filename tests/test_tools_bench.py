@@ -9,11 +9,27 @@ import pytest
 from minirl.tools import bench
 
 
-def test_bad_flags_are_one_line_errors(capsys: pytest.CaptureFixture[str]) -> None:
-    assert bench.main(["--task", "chess"]) == 2
-    assert "valid tasks are" in capsys.readouterr().err
-    assert bench.main(["--backends", "minirl,jax"]) == 2
-    assert bench.main(["--turns", ""]) == 2
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        (["--task", "chess"], "valid tasks are"),
+        (["--backends", "minirl,jax"], "valid backends are minirl, trl"),
+        (["--turns", ""], "--turns is empty"),
+        (["--turns", "1-1000"], "--turns '1-1000': values must be <= 100"),
+        (["--episodes", "0"], "--episodes must be in [1, 100000], got 0"),
+        (["--seed", "-1"], "--seed must be in [0, 4294967295], got -1"),
+        (["--quant", "int8"], "argument --quant: invalid choice: 'int8'"),
+        (["--no_such_flag", "1"], "--no_such_flag"),
+    ],
+)
+def test_bad_flags_are_one_line_errors(flags, words, capsys: pytest.CaptureFixture[str]) -> None:
+    try:
+        code = bench.main(flags)
+    except SystemExit as exc:  # argparse's errors
+        code = exc.code
+    lines = capsys.readouterr().err.splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("minirl.tools.bench: error: ")
+    assert words in lines[0], lines
 
 
 def test_toy_bench_writes_every_measurement(tmp_path, monkeypatch) -> None:

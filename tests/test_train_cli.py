@@ -1,9 +1,12 @@
 """The train.py CLI: --help documents every flag, --config YAML works, bad input fails well.
 
-"Fails well" (DESIGN.md section 11) means: exit status 2, a last stderr line that starts with
-"train.py: error:" and names the flag (and the valid choices where there are some), no Python
-traceback, and nothing trained or overwritten. The bad-input cases run as real subprocesses, all
-launched at once so their imports overlap on the CPU cores instead of adding up.
+"Fails well" (DESIGN.md section 11) means: stderr is exactly one line, "train.py: error: ...",
+naming the flag or the file and what to do; exit status 2 for bad input, 1 for a run that could
+not finish (diverged, disk full), 130 for Ctrl-C; no Python traceback; nothing trained or
+overwritten; and no attempt to reach the network. The cases that need a real process (loading
+a model, a checkpoint, a full disk, a signal) run as subprocesses with the network cut off
+(tests/no_network.py), all launched at once so their imports overlap on the CPU cores instead of
+adding up; the bad values that fail before anything loads run in-process.
 """
 
 from __future__ import annotations
@@ -11,8 +14,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,42 +38,58 @@ class Run:
     returncode: int
     stdout: str
     stderr: str
+    network: str  # what the run tried to reach (tests/no_network.py); "" if nothing
 
     @property
-    def last_error_line(self) -> str:
-        lines = [line for line in self.stderr.splitlines() if line.strip()]
-        return lines[-1] if lines else ""
+    def error_lines(self) -> list[str]:
+        return [line for line in self.stderr.splitlines() if line.strip()]
 
 
-def cli_env() -> dict[str, str]:
+def cli_env(**extra: str) -> dict[str, str]:
     # Passed explicitly: the session's MINIRL_CACHE (fixtures set and undo it in-process) reaches
     # the child, so a `tiny` base is never built in a surprising place. One thread each: the
     # children run side by side, and spinning thread pools would fight over the cores.
-    return {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    return {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", **extra}
 
 
-def run_many(commands: dict[str, list[str]], timeout: float = 120) -> dict[str, Run]:
+def start(args: list[str], log: Path, **env: str) -> subprocess.Popen:
+    """`python train.py ARGS` with the network cut off; attempts are recorded in `log`."""
+    return subprocess.Popen(
+        [sys.executable, "tests/no_network.py", str(log), "train.py", *args],
+        cwd=ROOT,
+        env=cli_env(**env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish(proc: subprocess.Popen, log: Path, timeout: float = 600) -> Run:
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:  # e.g. a bad flag that was accepted and started training
+        proc.kill()
+        out, err = proc.communicate()
+    return Run(proc.returncode, out, err, log.read_text() if log.exists() else "")
+
+
+def run_many(
+    commands: dict[str, list[str]], logs: Path, envs: dict[str, dict[str, str]] | None = None
+) -> dict[str, Run]:
     """Run `python train.py ARGS` for every entry concurrently; imports dominate each run."""
+    logs.mkdir(parents=True, exist_ok=True)
+    envs = envs or {}
     procs = {
-        name: subprocess.Popen(
-            [sys.executable, "train.py", *args],
-            cwd=ROOT,
-            env=cli_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        name: start(args, logs / f"{name}.log", **envs.get(name, {}))
         for name, args in commands.items()
     }
-    results = {}
-    for name, proc in procs.items():
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:  # e.g. a bad flag that was accepted and started training
-            proc.kill()
-            out, err = proc.communicate()
-        results[name] = Run(proc.returncode, out, err)
-    return results
+    return {name: finish(proc, logs / f"{name}.log") for name, proc in procs.items()}
+
+
+SMALL = [
+    *("--num_generations", "2", "--eval_seeds", "0", "--mode", "fixed", "--budget", "2"),
+    *("--tasks_per_step", "1", "--max_new_tokens", "1"),
+]  # the flags of one_step_run, so a resume of its run changes only what a test changes
 
 
 def one_step_run(model_path: str, output_dir: Path) -> Config:
@@ -95,6 +117,12 @@ def runs(quick_tiny_path: str, tmp_path_factory: pytest.TempPathFactory) -> dict
     (tmp / "empty").mkdir()
     bad_yaml = tmp / "bad.yaml"
     bad_yaml.write_text("mode: sometimes\n")
+    (tmp / "a_file").write_text("not a directory")
+    (tmp / "not_a_model").mkdir()
+    (tmp / "not_a_model" / "notes.txt").write_text("no config.json here")
+    disk_full = tmp / "disk_full"
+    disk_full.mkdir()
+    (disk_full / "metrics.jsonl").symlink_to("/dev/full")  # every write: ENOSPC
     model = ["--model", quick_tiny_path]
     fresh = str(tmp / "never")  # validation failures must not even create their output_dir
     commands = {
@@ -111,20 +139,41 @@ def runs(quick_tiny_path: str, tmp_path_factory: pytest.TempPathFactory) -> dict
         # argparse would read a prefix as --learning_rate and start a full default run.
         "abbreviation": ["--learning_rat", "0.1", "--output_dir", fresh],
         "model": ["--model", "./nope", "--output_dir", fresh],
+        "model_typo": ["--model", "tinyx", "--output_dir", fresh],
+        "model_not_a_model": ["--model", str(tmp / "not_a_model"), "--output_dir", fresh],
+        "model_adapter": ["--model", str(real / "checkpoint-1"), "--output_dir", fresh],
+        "model_offline_hub": ["--model", "Org/not-downloaded", "--output_dir", fresh],
         "backend": ["--backend", "jax", "--output_dir", fresh],
         "backend_process": ["--backend", "trl", "--reward_mode", "process", "--output_dir", fresh],
+        "output_is_a_file": [*model, "--output_dir", str(tmp / "a_file")],
+        "output_not_writable": [*model, "--output_dir", "/sys/minirl-run"],
         "resume_empty": [*model, "--output_dir", str(tmp / "empty"), "--resume"],
         # Same flags as the run that made it, so only the corrupt file can be the problem.
-        "resume_corrupt": [
-            *model,
-            *("--num_generations", "2", "--eval_seeds", "0", "--mode", "fixed"),
-            *("--budget", "2", "--tasks_per_step", "1", "--max_new_tokens", "1"),
-            *("--max_steps", "2", "--output_dir", str(corrupt), "--resume"),
-        ],
+        "resume_corrupt": [*model, *SMALL, "--max_steps", "2", "--output_dir", str(corrupt)],
+        "resume_lora_r": [*model, *SMALL, "--lora_r", "8", "--output_dir", str(real), "--resume"],
         "existing": [*model, "--output_dir", str(real), "--steps", "2"],
+        "diverged": [
+            *model,
+            *("--num_generations", "4", "--tasks_per_step", "2", "--max_new_tokens", "1"),
+            *("--invalid_penalty", "1", "--eval_seeds", "0", "--save_steps", "1"),
+            *("--learning_rate", "1e30", "--max_steps", "4", "--output_dir", str(tmp / "div")),
+        ],
+        "disk_full": [*model, *SMALL, "--output_dir", str(disk_full)],
     }
+    commands["resume_corrupt"].append("--resume")
+    # An offline classroom: the hub id is not cached, and nothing may be asked of the network.
+    envs = {"model_offline_hub": {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp / "hf_home")}}
     before = {p.name: p.read_bytes() for p in (real / "checkpoint-1").iterdir()}
-    return {"tmp": tmp, "real": real, "before": before, "results": run_many(commands)}
+    results = run_many({k: commands[k] for k in SUBPROCESS}, tmp / "network", envs)
+    return {"tmp": tmp, "real": real, "before": before, "results": results, "commands": commands}
+
+
+# The cases run as real processes: a signal-free smoke of each kind of failure (argparse, a value,
+# a hub id offline, a corrupt checkpoint, a diverged run, a full disk), where stray output from
+# imports or libraries would show. The others run in this process (imports dominate a
+# subprocess, and the machine is small); their network use is watched in-process too.
+SUBPROCESS = {"help", "mode", "unknown_flag", "model_offline_hub"}
+SUBPROCESS |= {"resume_corrupt", "diverged", "disk_full"}
 
 
 def test_help_documents_every_flag(runs: dict) -> None:
@@ -141,37 +190,73 @@ def test_help_documents_every_flag(runs: dict) -> None:
     assert "Traceback" not in help_run.stderr
 
 
-# name -> words the one-line error must contain (the flag, and the valid choices where known)
+# name -> (exit status, words the one-line error must contain: the flag or file, what to do)
 BAD_INPUT = {
-    "mode": ["--mode", "sometimes", "fixed", "budgetmix"],
-    "task": ["--task", "chess", "gridnav", "icy", "sokoban", "guess"],
-    "quant": ["--quant", "int8", "nf4", "none"],
-    "budget_range": ["--budget_min", "9", "--budget_max", "3"],
-    "budget_zero": ["--budget", ">= 1", "0"],
-    "generations": ["--num_generations", ">= 2", "1"],
-    "yaml_choice": ["--mode", "sometimes", "fixed", "budgetmix"],
-    "yaml_missing": ["--config", "missing.yaml"],
-    "unknown_flag": ["--no_such_flag"],
-    "abbreviation": ["--learning_rat"],
-    "model": ["--model", "./nope"],
-    "backend": ["--backend", "jax", "minirl", "trl"],
-    "backend_process": ["--reward_mode process", "--backend trl"],
-    "resume_empty": ["--resume", "no checkpoint"],
-    "resume_corrupt": ["checkpoint-1", "corrupt"],
-    "existing": ["checkpoint-1", "--resume", "--overwrite_output_dir"],
+    "mode": (2, ["--mode", "sometimes", "fixed", "budgetmix"]),
+    "task": (2, ["--task", "chess", "gridnav", "icy", "sokoban", "guess"]),
+    "quant": (2, ["--quant", "int8", "nf4", "none"]),
+    "budget_range": (2, ["--budget_min", "9", "--budget_max", "3"]),
+    "budget_zero": (2, ["--budget", "in [1, 100]", "0"]),
+    "generations": (2, ["--num_generations", ">= 2", "1"]),
+    "yaml_choice": (2, ["--mode", "sometimes", "fixed", "budgetmix"]),
+    "yaml_missing": (2, ["--config", "missing.yaml"]),
+    "unknown_flag": (2, ["unrecognized arguments: --no_such_flag 0.1", "--help"]),
+    "abbreviation": (2, ["--learning_rat"]),
+    "model": (2, ["--model", "./nope", "no such model directory", "'tiny'"]),
+    "model_typo": (2, ["--model 'tinyx': no such model directory", "hub id"]),
+    "model_not_a_model": (2, ["not_a_model", "without config.json, not a model"]),
+    "model_adapter": (2, ["checkpoint-1", "LoRA adapter", "evaluate.py --checkpoints"]),
+    "model_offline_hub": (2, ["Org/not-downloaded", "HF_HUB_OFFLINE is set", "download it once"]),
+    "backend": (2, ["--backend", "jax", "minirl", "trl"]),
+    "backend_process": (2, ["--reward_mode process", "--backend trl"]),
+    "output_is_a_file": (2, ["a_file is a file, not a directory; choose another --output_dir"]),
+    "output_not_writable": (2, ["--output_dir", "/sys/minirl-run", "cannot be written"]),
+    "resume_empty": (2, ["--resume", "no checkpoint"]),
+    "resume_corrupt": (2, ["checkpoint-1", "corrupt", "no older checkpoint is intact"]),
+    "resume_lora_r": (2, ["--resume", "--lora_r (16, now 8)", "original flags"]),
+    "existing": (2, ["checkpoint-1", "--resume", "--overwrite_output_dir"]),
+    "diverged": (1, ["policy diverged at step", "not saved", "--learning_rate", "1e+30"]),
+    "disk_full": (1, ["No space left on device", "free some space", "nothing to resume"]),
 }
 
 
+def in_process(argv: list[str], capsys, monkeypatch: pytest.MonkeyPatch) -> Run:
+    """train.main in this process, with the network cut off as tests/no_network.py does."""
+    tried: list[str] = []
+
+    def refuse(*args, **kwargs):
+        tried.append(repr(args[:2]))
+        raise OSError("network cut off")
+
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    code, lines = run_main(argv, capsys)
+    return Run(code, "", "\n".join(lines), "".join(tried))
+
+
 @pytest.mark.parametrize("case", sorted(BAD_INPUT))
-def test_bad_input_is_one_clear_line(runs: dict, case: str) -> None:
-    result = runs["results"][case]
-    assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
-    assert "Traceback" not in result.stderr, result.stderr[-2000:]
-    line = result.last_error_line
-    assert line.startswith("train.py: error:"), result.stderr[-2000:]
-    for word in BAD_INPUT[case]:
+def test_bad_input_is_one_clear_line(runs: dict, case: str, capsys, monkeypatch) -> None:
+    if case in SUBPROCESS:
+        result = runs["results"][case]
+    else:
+        result = in_process(runs["commands"][case], capsys, monkeypatch)
+    code, words = BAD_INPUT[case]
+    assert result.returncode == code, (result.returncode, result.stderr[-2000:])
+    assert len(result.error_lines) == 1, result.stderr[-2000:]
+    line = result.error_lines[0]
+    assert line.startswith("train.py: error:"), line
+    for word in words:
         assert word in line, (word, line)
     assert not (runs["tmp"] / "never").exists(), "a rejected run created its output_dir"
+    assert result.network == "", f"{case} reached for the network: {result.network}"
+
+
+def test_a_diverged_run_saves_nothing_of_the_divergence(runs: dict) -> None:
+    line = runs["results"]["diverged"].error_lines[0]
+    step = int(line.split("policy diverged at step ")[1].split(":")[0])
+    # --save_steps 1: every step before the divergence was saved, the diverged one was not.
+    saved = sorted(int(p.name.split("-")[1]) for p in (runs["tmp"] / "div").glob("checkpoint-*"))
+    assert saved == list(range(max(1, step - 2), step)), (step, saved)
 
 
 def test_failed_runs_leave_checkpoints_alone(runs: dict) -> None:
@@ -223,3 +308,89 @@ def test_config_yaml_unknown_key_is_a_flag_error(tmp_path: Path, capsys) -> None
         train.parse(["--config", str(path)])
     assert exc.value.code == 2
     assert "budget_mni" in capsys.readouterr().err.splitlines()[-1]
+
+
+def run_main(argv: list[str], capsys) -> tuple[int, list[str]]:
+    """train.main in this process: (exit status, stderr lines)."""
+    try:
+        code = train.main(argv)
+    except SystemExit as exc:  # argparse's errors
+        code = exc.code
+    return code, capsys.readouterr().err.splitlines()
+
+
+# Values a red-team run found accepted (silently wrong runs) or ending in a traceback; each is now
+# refused before anything loads: flags -> the one line.
+REFUSED_FLAGS = {
+    "--max_grad_norm -1": "--max_grad_norm must be > 0, got -1.0",
+    "--max_grad_norm 0": "--max_grad_norm must be > 0, got 0.0",
+    "--lora_alpha 0": "--lora_alpha must be >= 1, got 0 (0 would scale the adapters to nothing)",
+    "--lora_dropout -0.5": "--lora_dropout must be in [0, 1), got -0.5",
+    "--lora_dropout 1.5": "--lora_dropout must be in [0, 1), got 1.5",
+    "--epsilon_high -1": "--epsilon_high must be >= 0, got -1.0",
+    "--invalid_penalty nan": "--invalid_penalty must be a finite number, got nan",
+    "--invalid_penalty inf": "--invalid_penalty must be a finite number, got inf",
+    "--learning_rate nan": "--learning_rate must be a finite number, got nan",
+    "--lora_r 0": "--lora_r must be >= 1, got 0",
+    "--seed 99999999999999999999999": "--seed must be in [0, 4294967295], got "
+    "99999999999999999999999 (seeds are 32-bit)",
+    "--eval_seeds 100001": "--eval_seeds must be in [0, 100000], got 100001 (the held-out pool, "
+    "tasks.EVAL_SEEDS, has 100000 instances)",
+    "--budget_max 101": "--budget_max must be in [1, 100], got 101 (the tiny model reads turn "
+    "counts up to 100)",
+    "--lora_r 2.5": "argument --lora_r/--lora-r: invalid int value: '2.5'",
+    "--resume --overwrite_output_dir": "--resume and --overwrite_output_dir conflict",
+}
+REFUSED_YAML = {
+    "max_steps: [1, 2]": "--max_steps [1, 2]: expected an integer",
+    "max_steps: 2.7": "--max_steps 2.7: expected an integer",
+    "lora_r: 2.5": "--lora_r 2.5: expected an integer",
+    "temperature: null": "--temperature null: expected a number",
+    "output_dir: 5": "--output_dir 5: expected a string",
+    "eval_seeds: 2.5": "--eval_seeds 2.5: expected an integer",
+    "max_new_tokens: true": "--max_new_tokens true: expected an integer",
+    "learning_rate: .nan": "--learning_rate must be a finite number, got nan",
+    "- a list": "Config file",
+}
+
+
+@pytest.mark.parametrize("flags", sorted(REFUSED_FLAGS))
+def test_bad_flags_are_refused_before_anything_loads(flags: str, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "run"
+    code, lines = run_main([*flags.split(), "--output_dir", str(out)], capsys)
+    assert (code, lines) == (2, [f"train.py: error: {REFUSED_FLAGS[flags]}"])
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("text", sorted(REFUSED_YAML))
+def test_bad_yaml_values_are_refused_like_flags(text: str, tmp_path: Path, capsys) -> None:
+    path = tmp_path / "run.yaml"
+    # The output_dir goes in the YAML too: a flag would override the value under test.
+    mapping = ":" in text and "output_dir" not in text
+    path.write_text(text + (f"\noutput_dir: {tmp_path / 'run'}\n" if mapping else "\n"))
+    code, lines = run_main(["--config", str(path)], capsys)
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("train.py: error: "), lines
+    assert REFUSED_YAML[text] in lines[0]
+    assert not (tmp_path / "run").exists()
+
+
+def test_ctrl_c_is_one_line_naming_the_checkpoint_to_resume(
+    quick_tiny_path: str, tmp_path: Path
+) -> None:
+    out, log = tmp_path / "run", tmp_path / "network.log"
+    args = ["--model", quick_tiny_path, *SMALL, "--save_steps", "1", "--max_steps", "200"]
+    proc = start([*args, "--output_dir", str(out)], log)
+    deadline = time.monotonic() + 600
+    while not (out / "checkpoint-1").is_dir() and proc.poll() is None:
+        assert time.monotonic() < deadline, "no checkpoint within 10 minutes"
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    result = finish(proc, log)
+    assert result.returncode == 130, result.stderr[-2000:]
+    assert len(result.error_lines) == 1, result.stderr[-2000:]
+    newest = max((p for p in out.glob("checkpoint-*")), key=lambda p: int(p.name.split("-")[1]))
+    assert result.error_lines[0] == (
+        f"train.py: error: interrupted (Ctrl-C); the same command with --resume continues "
+        f"from {newest}"
+    )
+    assert result.network == ""

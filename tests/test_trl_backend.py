@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import sys
 from pathlib import Path
 
@@ -241,6 +242,36 @@ def test_trl_adapter_loads_with_peft_and_evaluates(trl_run: dict, tmp_path: Path
     assert "was trained on 'gridnav'" in capsys.readouterr().err
 
 
+def test_a_resumed_trl_run_logs_what_the_uninterrupted_run_logged(
+    trl_run: dict, tmp_path: Path
+) -> None:
+    """Killed after logging step 3 but before saving it, then resumed from checkpoint-2.
+
+    TRL averages what it logs over the steps since its last log, a window that restarts at a
+    resume, so minirl makes it log every step; --logging_steps 10 on the resume (the red-team
+    run's default) must not change a line. The closing aggregate line stays out of the file.
+    """
+    out = tmp_path / "killed"
+    shutil.copytree(trl_run["out"], out)
+    shutil.rmtree(out / "checkpoint-3")
+    for name in ("adapter_model.safetensors", "adapter_config.json", "trainer_state.json"):
+        (out / name).unlink()
+    full = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in full] == [1, 2, 3]  # one line per step, no closing line
+    cfg = trl_config(out, resume=True, logging_steps=10)
+    backend.train_trl(cfg, progress=False)
+    resumed = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    timing = {"step_time"}
+    assert [{k: v for k, v in x.items() if k not in timing} for x in resumed] == [
+        {k: v for k, v in x.items() if k not in timing} for x in full
+    ]
+    a = load_file(trl_run["out"] / "adapter_model.safetensors")
+    b = load_file(out / "adapter_model.safetensors")
+    assert a.keys() == b.keys()
+    for key in a:
+        torch.testing.assert_close(b[key], a[key], rtol=0, atol=0)
+
+
 def test_config_mapping(tmp_path: Path) -> None:
     cfg = trl_config(tmp_path, num_iterations=2, loss_type="dr_grpo", epsilon_high=0.28)
     args = backend.grpo_config(cfg, str(tmp_path))
@@ -256,6 +287,7 @@ def test_config_mapping(tmp_path: Path) -> None:
     assert not args.bf16  # no CUDA here
     assert args.report_to == ["tensorboard"] and args.run_name == tmp_path.name
     assert backend.grpo_config(trl_config(tmp_path, report_to=["none"]), "x").report_to == []
+    assert args.logging_steps == 1  # every step its own metrics.jsonl line (see MAPPING)
     with pytest.raises(ConfigError, match="split evenly over 3 processes"):
         backend.grpo_config(cfg, str(tmp_path), num_processes=3)
     # minirl's micro-batch maps onto TRL's: accumulated, so one step still sees every episode.

@@ -22,9 +22,10 @@ from pathlib import Path
 import torch
 
 import tasks
+from minirl.checkpoint import CHECKPOINT_NAME, read_adapter
 from minirl.checkpoint import checkpoints as run_checkpoints
 from minirl.config import EvalArgs, validate_eval
-from minirl.errors import ConfigError
+from minirl.errors import CheckpointError, ConfigError
 from minirl.eval.analysis import (
     decision_quality,
     error_recovery,
@@ -58,35 +59,76 @@ def minirl_version() -> str:
 def resolve_checkpoint(name: str, task: str, model: str) -> Path | None:
     """`base` -> None; a run directory -> its newest checkpoint; an adapter directory -> itself.
 
-    A checkpoint written by minirl's trainer records its config; evaluating it on another task
-    or base model would silently measure nonsense (the tiny base is task-specific): an error.
+    The adapter is read and checked here, before any model loads: a corrupt, incomplete or
+    non-finite one is an error naming the file (and, in a run directory whose newest checkpoint
+    is broken, the newest intact one to evaluate instead). A checkpoint written by minirl's
+    trainer records its config; evaluating it on another task or base model would silently
+    measure nonsense (the tiny base is task-specific): an error too.
     """
     if name == BASE:
         return None
     path = Path(name).expanduser()
     if not path.is_dir():
         raise ConfigError(f"--checkpoints: {name!r} is not 'base' or an existing directory")
-    if not (path / "adapter_config.json").is_file():
+    if (path / "adapter_config.json").is_file() or CHECKPOINT_NAME.fullmatch(path.name):
+        read_adapter(path)
+    else:
         found = run_checkpoints(path)
         if not found:
             raise ConfigError(
                 f"--checkpoints: {name!r} holds no adapter (adapter_config.json) or checkpoint-*"
             )
-        path = found[-1]
-    meta = path / "trainer_state.json"
-    if meta.is_file():
-        config = json.loads(meta.read_text()).get("config", {})
-        trained_task = config.get("task", {}).get("task", task)
-        trained_model = config.get("model", {}).get("model", model)
-        if trained_task != task:
-            raise ConfigError(
-                f"--checkpoints: {name!r} was trained on {trained_task!r}, not {task!r}"
-            )
-        if trained_model != model:
-            raise ConfigError(
-                f"--checkpoints: {name!r} was trained on --model {trained_model!r}, not {model!r}"
-            )
+        path = newest_intact(found)
+    config = recorded_config(path)
+    trained_task = config.get("task", {}).get("task", task)
+    trained_model = config.get("model", {}).get("model", model)
+    if trained_task != task:
+        raise ConfigError(f"--checkpoints: {name!r} was trained on {trained_task!r}, not {task!r}")
+    if trained_model != model:
+        raise ConfigError(
+            f"--checkpoints: {name!r} was trained on --model {trained_model!r}, not {model!r}"
+        )
     return path
+
+
+def recorded_config(path: Path) -> dict:
+    """The minirl config a checkpoint records ({} if none: a peft adapter, a TRL checkpoint)."""
+    meta = path / "trainer_state.json"
+    if not meta.is_file():
+        return {}
+    try:
+        data = json.loads(meta.read_text())
+    except ValueError as err:
+        raise CheckpointError(f"{meta} is corrupt ({str(err).splitlines()[0]})") from err
+    config = data.get("config", {}) if isinstance(data, dict) else None
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{meta} is corrupt (not a checkpoint's trainer state)")
+    return config
+
+
+def newest_intact(found: list[Path]) -> Path:
+    """The newest checkpoint of a run; if it is broken, an error that offers the newest intact one.
+
+    Evaluating an older checkpoint silently would report another policy under the run's name.
+    """
+
+    def check(path: Path) -> None:
+        read_adapter(path)
+        recorded_config(path)
+
+    try:
+        check(found[-1])
+        return found[-1]
+    except CheckpointError as err:
+        for older in reversed(found[:-1]):
+            try:
+                check(older)
+            except CheckpointError:
+                continue
+            raise CheckpointError(f"{err}; {older} is intact: evaluate it by that path") from err
+        raise CheckpointError(
+            f"{err}; no checkpoint of this run is intact: train it again"
+        ) from err
 
 
 def checkpoint_labels(text: str) -> dict[str, str]:

@@ -34,12 +34,12 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
-from transformers import HfArgumentParser
 
 import tasks
-from minirl.config import BenchArgs, parse_ints, validate_bench
+from minirl.checkpoint import check_writable
+from minirl.cli import ArgParser, run_cli
+from minirl.config import MAX_TURNS, TURNS, BenchArgs, validate_bench
 from minirl.episode import EpisodeSpec
-from minirl.errors import MinirlError
 from minirl.tools.bench_report import plot_rollouts, print_report
 from minirl.tools.measure import (
     ForwardCount,
@@ -52,6 +52,7 @@ from minirl.tools.measure import (
     roofline,
     sync,
 )
+from minirl.validation import parse_ints
 
 
 def specs_at(task: str, n: int, budget: int) -> list[EpisodeSpec]:
@@ -107,7 +108,7 @@ def same_episodes(a: list, b: list) -> dict[str, float]:
 def bench_rollouts(model, tokenizer, args: BenchArgs, shape) -> dict:
     """Cached against simple path at every T; both from the same seed, so they must agree."""
     rows = []
-    for budget in parse_ints(args.turns, "turns"):
+    for budget in parse_ints(args.turns, "turns", MAX_TURNS, TURNS.why):
         specs = specs_at(args.task, args.episodes, budget)
         reset_peak_memory()
         simple = timed_rollout(model, tokenizer, specs, args, False, shape)
@@ -324,14 +325,21 @@ def _device_name() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = HfArgumentParser(BenchArgs, description=__doc__.split("\n")[0], allow_abbrev=False)
+    parser = ArgParser(
+        BenchArgs,
+        prog="minirl.tools.bench",
+        description=__doc__.split("\n")[0],
+        allow_abbrev=False,
+    )
     (args,) = parser.parse_args_into_dataclasses(args=list(sys.argv[1:] if argv is None else argv))
-    try:
-        validate_bench(args)
-        results = run_bench(args)
-    except MinirlError as err:
-        print(f"minirl.tools.bench: error: {err}", file=sys.stderr)
-        return 2
+    kept = f"nothing was written to {args.output}"
+    return run_cli("minirl.tools.bench", lambda: bench(args), lambda: kept)
+
+
+def bench(args: BenchArgs) -> int:
+    validate_bench(args)
+    check_writable(args.output, "--output")
+    results = run_bench(args)
     print_report(results)
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
