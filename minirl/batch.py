@@ -49,7 +49,8 @@ class Batch:
 
     def rows(self, index: Tensor, width: int) -> Batch:
         """The rows `index`, cut to the first `width` positions (a micro-batch)."""
-        return Batch(*(t[index, :width] for t in dataclasses.astuple(self)))
+        # Not dataclasses.astuple: it would deep-copy every tensor first.
+        return Batch(*(getattr(self, f.name)[index, :width] for f in dataclasses.fields(self)))
 
 
 def to_batch(episodes: list[Episode], pad_id: int, device: torch.device) -> Batch:
