@@ -111,7 +111,10 @@ def test_the_check_catches_a_host_tensor_in_the_step(quick_policy, monkeypatch) 
     ("grpo_args", "task_args"),
     [
         ({"beta": 0.1, "num_iterations": 2, "loss_type": "grpo"}, {}),
-        ({"reuse_kv_cache": False, "loss_type": "dr_grpo"}, {"reward_mode": "process"}),
+        (
+            {"reuse_kv_cache": False, "loss_type": "dr_grpo", "beta": 0.05},
+            {"reward_mode": "process"},
+        ),
     ],
 )
 def test_training_steps_create_no_host_tensors(quick_policy, grpo_args, task_args) -> None:
@@ -119,6 +122,14 @@ def test_training_steps_create_no_host_tensors(quick_policy, grpo_args, task_arg
     accumulated backward passes and the optimizer step."""
     model, tok = quick_policy
     saved = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    # The quick base ties every group's outcome at these budgets, so outcome advantages are 0;
+    # moving the adapters off zero makes the policy differ from the reference, so the KL term
+    # (and any advantage) has a gradient: grad_norm > 0 shows the backward passes really ran.
+    generator = torch.Generator(device="cpu").manual_seed(0)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.copy_(0.05 * torch.randn(param.shape, generator=generator, device="cpu"))
     cfg = step_config(**grpo_args)
     for key, value in task_args.items():
         setattr(cfg.task, key, value)
