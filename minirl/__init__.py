@@ -12,6 +12,7 @@ One file per step of the method, in the order data flows through a training step
     rewards.py                episodes -> rewards (outcome, or per-turn process)
     grpo.py                   rewards -> advantages -> the clipped loss
     batch.py                  episodes -> tensors -> log-probs (the training forward)
+    update.py                 loss -> gradient, one micro-batch at a time (accumulation)
     trainer.py                the loop: train() and train_step()
     checkpoint.py             atomic checkpoints, resume, the run directory's rules
     trackers.py               --report_to: tensorboard, trackio, wandb

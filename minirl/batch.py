@@ -9,19 +9,32 @@ policy, next to the one stored at sampling time. This module builds those tensor
 2. `token_logps`: logits -> ``logp[b, t] = log softmax(logits[b, t-1] / T)[ids[b, t]]``, the
    log-probability of token t given the tokens before it, at the sampling temperature T (so it
    describes the distribution the token was drawn from). Position 0 has no context and is 0.
-3. `bucketed_logps`: the whole batch's log-probs, run in length-sorted micro-batches so each
-   forward pass pads only to its own longest episode (under BudgetMix lengths differ several-fold),
-   plus the mean entropy of the sampling distribution on assistant tokens, a collapse detector.
+   `sequence_logps` runs a model and applies it to every position: the plain reference.
+3. `loss_token_logps`: the same numbers on the loss positions only, without full-vocabulary
+   logits. The decoder runs over every position, but the LM head only over the positions whose
+   *next* token carries loss (transformers' boolean `logits_to_keep`). A conversation is mostly
+   prompt and observations, and the vocabulary of a chat model is 50k-150k words, so the
+   [B, L, V] float32 logits would be the largest tensor of the step; here only [N, V] exist,
+   N = the sampled tokens. It also returns the summed entropy of the sampling distribution at
+   those positions, a collapse detector.
+4. `micro_batches`: the batch's rows sorted by length and cut into micro-batches, so each forward
+   pass pads only to its own longest episode (under BudgetMix lengths differ several-fold).
+   minirl.update runs forward, loss and backward one micro-batch at a time; `bucketed_logps` is
+   the gradient-free version for the KL reference.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from minirl.episode import Episode
+
+# Positions per log-softmax call over the vocabulary: bounds its temporaries to [HEAD_CHUNK, V].
+HEAD_CHUNK = 512
 
 
 @dataclass
@@ -34,15 +47,19 @@ class Batch:
     old_logps: Tensor
     turn_index: Tensor
 
+    def rows(self, index: Tensor, width: int) -> Batch:
+        """The rows `index`, cut to the first `width` positions (a micro-batch)."""
+        # Not dataclasses.astuple: it would deep-copy every tensor first.
+        return Batch(*(getattr(self, f.name)[index, :width] for f in dataclasses.fields(self)))
+
 
 def to_batch(episodes: list[Episode], pad_id: int, device: torch.device) -> Batch:
     width = max(len(e.input_ids) for e in episodes)
 
-    def pad(rows: list[list], value, dtype) -> Tensor:
-        out = torch.full((len(rows), width), value, dtype=dtype)
-        for i, row in enumerate(rows):
-            out[i, : len(row)] = torch.tensor(row, dtype=dtype)
-        return out.to(device)
+    def pad(rows: list[list], value: float, dtype: torch.dtype) -> Tensor:
+        # Padded in Python, then one tensor built directly on the device: one copy, not B.
+        padded = [list(row) + [value] * (width - len(row)) for row in rows]
+        return torch.tensor(padded, dtype=dtype, device=device)
 
     return Batch(
         input_ids=pad([e.input_ids for e in episodes], pad_id, torch.long),
@@ -74,18 +91,53 @@ def token_logps(logits: Tensor, input_ids: Tensor, temperature: float = 1.0) -> 
 def sequence_logps(
     model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor, temperature: float = 1.0
 ) -> Tensor:
-    """Run ``model`` over whole conversations and return their per-token logprobs [B, L]."""
+    """Run ``model`` over whole conversations and return their per-token logprobs [B, L].
+
+    The plain reference: it holds the [B, L, V] logits, which is fine for a few episodes.
+    """
     logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
     return token_logps(logits, input_ids, temperature)
 
 
-def entropy_sum(logits: Tensor, mask: Tensor, temperature: float) -> tuple[float, float]:
-    """Summed entropy of the sampling distribution over the masked positions, and their count."""
-    with torch.no_grad():
-        logp = torch.log_softmax(logits[:, :-1].float() / temperature, dim=-1)
-        ent = -(logp.exp() * logp).sum(-1)
-        m = mask[:, 1:]
-        return float((ent * m).sum()), float(m.sum())
+def head_positions(loss_mask: Tensor) -> Tensor:
+    """Boolean [B, L]: True at position t when token t+1 carries loss (its logits are needed)."""
+    keep = torch.zeros(loss_mask.shape, dtype=torch.bool, device=loss_mask.device)
+    keep[:, :-1] = loss_mask[:, 1:].bool()
+    return keep
+
+
+def loss_token_logps(
+    model: torch.nn.Module,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    loss_mask: Tensor,
+    temperature: float,
+) -> tuple[Tensor, Tensor]:
+    """Log-probs [B, L] of the loss tokens (0 elsewhere) and the summed entropy there.
+
+    Equal to ``token_logps(full logits) * loss_mask``, but the LM head runs only where a loss is
+    taken: `logits_to_keep` with a boolean mask makes the model return those rows of the logits,
+    flattened to [N, V] in row-major order (the order of `nonzero`). `use_cache=False`: a training
+    forward must not build a KV cache it would keep alive for the backward.
+    """
+    keep = head_positions(loss_mask)
+    logits = model(
+        input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=keep, use_cache=False
+    ).logits
+    rows, cols = keep.nonzero(as_tuple=True)
+    targets = input_ids[rows, cols + 1]
+    picked, entropy = [], torch.zeros((), device=input_ids.device)
+    for start in range(0, targets.numel(), HEAD_CHUNK):
+        chunk = logits[start : start + HEAD_CHUNK].float() / temperature
+        log_z = torch.logsumexp(chunk, dim=-1)
+        target = targets[start : start + HEAD_CHUNK, None]
+        picked.append(chunk.gather(-1, target).squeeze(-1) - log_z)
+        with torch.no_grad():  # H = log Z - sum_v p_v * logit_v, the sampling distribution's
+            entropy += (log_z - (torch.softmax(chunk, dim=-1) * chunk).sum(-1)).sum()
+    out = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
+    if picked:
+        out[rows, cols + 1] = torch.cat(picked)
+    return out, entropy
 
 
 def length_buckets(lengths: list[int], size: int) -> list[list[int]]:
@@ -104,27 +156,31 @@ def padding_fraction(lengths: list[int], buckets: list[list[int]]) -> float:
     return 1.0 - sum(lengths) / fed
 
 
+def micro_batches(batch: Batch, size: int) -> tuple[list[tuple[Tensor, int]], float]:
+    """Length-sorted micro-batches as (row index on the batch's device, width), and the padding
+    fraction they leave."""
+    lengths = batch.attention_mask.sum(1).tolist()
+    buckets = length_buckets(lengths, size)
+    device = batch.input_ids.device
+    cuts = [(torch.tensor(rows, device=device), max(lengths[i] for i in rows)) for rows in buckets]
+    return cuts, padding_fraction(lengths, buckets)
+
+
+@torch.no_grad()
 def bucketed_logps(
     model: torch.nn.Module, batch: Batch, temperature: float, micro_batch_size: int
-) -> tuple[Tensor, float, float]:
-    """Per-token log-probs [B, L] of the whole batch, computed in length-sorted micro-batches.
+) -> Tensor:
+    """Loss-token log-probs [B, L] of the whole batch, without gradients, in micro-batches.
 
-    The pieces are written back into one [B, L] tensor (autograd follows the copies), so the loss
-    is computed once over the whole batch exactly as with a single padded pass: the same numbers
-    and the same gradient, with less padding computed. The activations of every micro-batch are
-    kept until backward, so this saves compute, not peak memory.
-    Returns the log-probs, the mean entropy on assistant tokens, and the padding fraction.
+    The KL reference's log-probs (minirl.trainer, adapters off): [B, L] floats are small, so the
+    whole step's reference is computed once and sliced per micro-batch by minirl.update.
     """
-    lengths = batch.attention_mask.sum(1).tolist()
-    buckets = length_buckets(lengths, micro_batch_size)
     logps = torch.zeros(batch.input_ids.shape, device=batch.input_ids.device)
-    entropy, count = 0.0, 0.0
-    for rows in buckets:
-        width = max(lengths[i] for i in rows)
-        index = torch.tensor(rows, device=batch.input_ids.device)
-        ids, attention = batch.input_ids[index, :width], batch.attention_mask[index, :width]
-        logits = model(input_ids=ids, attention_mask=attention).logits
-        logps[index, :width] = token_logps(logits, ids, temperature)
-        e, c = entropy_sum(logits, batch.loss_mask[index, :width], temperature)
-        entropy, count = entropy + e, count + c
-    return logps, entropy / max(count, 1.0), padding_fraction(lengths, buckets)
+    cuts, _ = micro_batches(batch, micro_batch_size)
+    for index, width in cuts:
+        part = batch.rows(index, width)
+        lp, _ = loss_token_logps(
+            model, part.input_ids, part.attention_mask, part.loss_mask, temperature
+        )
+        logps[index, :width] = lp
+    return logps

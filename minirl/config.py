@@ -112,8 +112,16 @@ class GRPOArgs:
     per_device_train_batch_size: Count = HfArg(
         default=16,
         help="Episodes per training forward pass. Episodes are sorted by length and cut into "
-        "micro-batches of this size, so each pass pads little; the loss is still computed once "
-        "over the whole step (see minirl.batch.bucketed_logps).",
+        "micro-batches of this size, each with its own backward (gradient accumulation, "
+        "minirl.update): it sets the training memory; the step's loss and gradient are those "
+        "of one pass over all its episodes.",
+    )
+    gradient_checkpointing: bool = HfArg(
+        default=False,
+        help="Recompute each decoder layer's activations in the backward instead of keeping "
+        "them: much less training memory for ~30%% more training compute. Turn it on on a GPU "
+        "with a hub model (e.g. Qwen2.5-0.5B on 6-8 GB); off for tiny on a CPU, where it only "
+        "costs time.",
     )
     # Gradients are scaled to this norm: 0 would stop every update and a negative norm reverse it.
     max_grad_norm: Positive = HfArg(default=1.0, help="Gradient clipping norm.")
@@ -408,7 +416,21 @@ class BenchArgs:
     train_steps: Annotated[int, Range(ge=0)] = HfArg(
         default=3, help="Timed training steps per backend, after one untimed warm-up (0 = skip)."
     )
-    backends: str = HfArg(default="minirl,trl", help="Training backends to time.")
+    backends: str = HfArg(default="minirl,trl", help="Training backends to time and measure.")
+    memory_model: str = HfArg(
+        default="smollm2",
+        help="Base model of the memory part: peak memory of one training step against episodes "
+        "per step, each step in a fresh process (minirl.tools.step_memory).",
+    )
+    memory_episodes: str = HfArg(
+        default="8,16,32,64", help="Episodes per step of the memory part ('' skips it)."
+    )
+    memory_flags: str = HfArg(
+        default="--mode fixed --budget 4 --max_new_tokens 6 --num_generations 4 "
+        "--per_device_train_batch_size 4",
+        help="train.py flags of the memory part's steps (--tasks_per_step is set from "
+        "--memory_episodes); add --gradient_checkpointing true to measure it.",
+    )
     seed: Seed = HfArg(default=0, help="Sampling seed; both rollout paths start from it.")
     output: str = HfArg(default="runs/bench", help="Directory for bench.json and the plot.")
 
@@ -422,6 +444,14 @@ def validate_bench(args: BenchArgs) -> None:
     for backend in [b.strip() for b in args.backends.split(",") if b.strip()]:
         if backend not in ("minirl", "trl"):
             raise ConfigError(f"--backends {args.backends!r}: valid backends are minirl, trl")
+    memory_episodes(args)
+
+
+def memory_episodes(args: BenchArgs) -> list[int]:
+    """The episodes per step of the benchmark's memory part ([] when it is skipped)."""
+    if not args.memory_episodes.strip():
+        return []
+    return parse_ints(args.memory_episodes, "memory_episodes", 4096, "4096 episodes per step")
 
 
 @dataclass

@@ -20,6 +20,12 @@
    ``grpo`` averages each episode's tokens, then averages episodes; ``bnpo`` and ``dapo`` divide the
    batch's summed token loss by its number of tokens; ``dr_grpo`` divides by the constant
    ``B * max_completion_length``.
+5. Gradient accumulation (minirl.update). Every normalisation is a sum over tokens with weights
+   that depend on the whole step, so a step split into micro-batches gets the one-pass loss and
+   gradient when each micro-batch is given the step's counts: ``num_items_in_batch`` (the step's
+   loss tokens: dapo, bnpo) and ``num_episodes_in_batch`` (the step's episodes: grpo, dr_grpo);
+   the micro-batch losses then add up to the step's. (TRL's bnpo divides each micro-batch by its
+   own token count instead; at one micro-batch per step the two agree.)
 
 Why the normalisation matters here. BudgetMix mixes budgets, so one batch holds episodes whose
 turn counts (and token counts) differ 4..12x. Writing the loss as ``sum_i sum_t w_it * l_it``:
@@ -36,8 +42,8 @@ turn counts (and token counts) differ 4..12x. Writing the loss as ``sum_i sum_t 
 minirl's default is ``dapo``: it is token-level, so BudgetMix's mix of lengths does not tilt
 per-token credit toward short episodes, it needs no loose length constant, and it is TRL's own
 default (``GRPOConfig.loss_type = "dapo"`` in the installed trl 1.16.0), so runs stay comparable.
-The price is that its scale follows the batch's total token count; pass ``num_items_in_batch``
-when one batch is split into gradient-accumulation chunks so every chunk shares one denominator.
+The price is that its scale follows the batch's total token count (``num_items_in_batch`` when
+the step is split into micro-batches, so every one shares that denominator).
 
 Tensor conventions: a batch of B whole conversations, right-padded to length L. ``logps[b, t]``
 is ``log pi(token_t | tokens_<t)`` (position 0 has no context and is 0); ``mask[b, t]`` is 1 on
@@ -45,6 +51,8 @@ sampled assistant tokens only, so prompts, environment observations and padding 
 """
 
 from __future__ import annotations
+
+import statistics
 
 import torch
 from torch import Tensor
@@ -143,19 +151,25 @@ def turn_advantages(
             to_go.append(acc)
         returns.append(to_go[::-1])
 
-    batch_std = _unbiased_std(torch.tensor([g for ep in returns for g in ep], dtype=torch.float64))
+    # Plain Python floats: a few hundred returns, read back as numbers (no tensor, no device).
+    batch_std = _stdev([g for ep in returns for g in ep])
     advantages: list[list[float]] = []
     for start in range(0, len(returns), num_generations):
         group = returns[start : start + num_generations]
-        flat = torch.tensor([g for ep in group for g in ep], dtype=torch.float64)
-        if flat.numel() == 0:
+        flat = [g for ep in group for g in ep]
+        if not flat:
             advantages.extend([] for _ in group)
             continue
-        mean = flat.mean()
-        std = batch_std if scale_rewards == "batch" else _unbiased_std(flat)
-        scale = 1.0 if scale_rewards == "none" else 1.0 / (float(std) + eps)
-        advantages.extend([(g - float(mean)) * scale for g in ep] for ep in group)
+        mean = statistics.fmean(flat)
+        std = batch_std if scale_rewards == "batch" else _stdev(flat)
+        scale = 1.0 if scale_rewards == "none" else 1.0 / (std + eps)
+        advantages.extend([(g - mean) * scale for g in ep] for ep in group)
     return advantages
+
+
+def _stdev(values: list[float]) -> float:
+    # Bessel's correction, as _unbiased_std; one value has no spread.
+    return statistics.stdev(values) if len(values) > 1 else 0.0
 
 
 def trajectory_token_advantages(advantages: Tensor, mask: Tensor) -> Tensor:
@@ -223,15 +237,19 @@ def policy_loss(
     loss_type: str = "dapo",
     max_completion_length: int | None = None,
     num_items_in_batch: float | None = None,
+    num_episodes_in_batch: int | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """The clipped GRPO surrogate with TRL's normalisations. All tensors are [B, L].
 
-    ``advantages`` is token-level (see ``trajectory_token_advantages``). ``num_items_in_batch``
-    is ``dapo``'s denominator, the masked-token count of the whole generation batch; it defaults to
-    this batch's count and matters only when one batch is split into gradient-accumulation chunks.
-    Returns the loss and stats: ``clip_ratio`` (fraction of masked tokens where the clip is active,
-    with ``clip_ratio_low``/``clip_ratio_high``), ``kl`` (masked mean, 0 when ``beta == 0``),
-    ``ratio_mean`` (masked mean of rho).
+    ``advantages`` is token-level (see ``trajectory_token_advantages``). When these B rows are
+    one micro-batch of a larger step, pass the step's counts: ``num_items_in_batch``, its masked
+    tokens (the denominator of ``dapo`` and ``bnpo``), and ``num_episodes_in_batch``, its episodes
+    (the ``grpo`` mean's and ``dr_grpo``'s B); both default to this batch's own. The losses of a
+    step's micro-batches then sum to the loss of one pass over the step.
+    Returns the loss and stats over these rows: ``clip_ratio`` (fraction of masked tokens where
+    the clip is active, with ``clip_ratio_low``/``clip_ratio_high``), ``kl`` (masked mean, 0 when
+    ``beta == 0``), ``ratio_mean`` (masked mean of rho), and ``tokens`` (the masked-token count,
+    the weight that turns micro-batch means into step means).
     """
     if loss_type not in LOSS_TYPES:
         raise ValueError(f"unknown loss_type {loss_type!r}; choose one of {LOSS_TYPES}")
@@ -264,20 +282,16 @@ def policy_loss(
 
     per_token_loss = torch.where(keep, per_token_loss, torch.zeros_like(per_token_loss))
     summed = per_token_loss.sum()
+    # Python numbers, not tensors: a count divides a device tensor wherever it came from.
+    tokens = float(mask.sum()) if num_items_in_batch is None else float(num_items_in_batch)
+    episodes = logps.shape[0] if num_episodes_in_batch is None else num_episodes_in_batch
     if loss_type == "grpo":
-        loss = (per_token_loss.sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
-    elif loss_type == "bnpo":
-        loss = summed / mask.sum().clamp(min=1.0)
-    elif loss_type == "dapo":
-        tokens = (
-            mask.sum()
-            if num_items_in_batch is None
-            else torch.tensor(float(num_items_in_batch), device=mask.device)
-        )
-        loss = summed / tokens.clamp(min=1.0)
+        loss = (per_token_loss.sum(-1) / mask.sum(-1).clamp(min=1.0)).sum() / episodes
+    elif loss_type in ("bnpo", "dapo"):
+        loss = summed / max(tokens, 1.0)
     else:
         assert max_completion_length is not None
-        loss = summed / (logps.shape[0] * max_completion_length)
+        loss = summed / (episodes * max_completion_length)
 
     with torch.no_grad():
         n = mask.sum().clamp(min=1.0)
@@ -289,5 +303,6 @@ def policy_loss(
             "clip_ratio_high": (high.float().sum() / n).item(),
             "kl": ((kl * mask).sum() / n).item(),
             "ratio_mean": ((ratio * mask).sum() / n).item(),
+            "tokens": float(mask.sum()),
         }
     return loss, stats

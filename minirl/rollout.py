@@ -66,16 +66,17 @@ def generation_config(
     )
 
 
-def left_pad(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-pad to one batch; the attention mask is built from lengths (pad may equal eos)."""
+def left_pad(
+    sequences: list[list[int]], pad_id: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad to one batch on `device`; the attention mask comes from lengths (pad may be eos)."""
     width = max(len(s) for s in sequences)
-    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(sequences), width), dtype=torch.long)
-    for i, s in enumerate(sequences):
-        if s:
-            ids[i, width - len(s) :] = torch.tensor(s, dtype=torch.long)
-            mask[i, width - len(s) :] = 1
-    return ids, mask
+    ids = [[pad_id] * (width - len(s)) + list(s) for s in sequences]
+    mask = [[0] * (width - len(s)) + [1] * len(s) for s in sequences]
+    return (
+        torch.tensor(ids, dtype=torch.long, device=device),
+        torch.tensor(mask, dtype=torch.long, device=device),
+    )
 
 
 # transformers 5 renamed generate's `past_key_values` argument (and output field) to `cache`.
@@ -108,20 +109,17 @@ class CachedGrid:
         `reply_lengths[row]` tokens, the rest is padding `generate` put after its eos. `chunks`
         are the tokens each kept row gets before its next reply (closing eos + observation).
         """
-        width = generated.shape[1]
-        real = torch.tensor([[int(j < n) for j in range(width)] for n in reply_lengths])
-        ids = torch.cat([self.ids, generated], dim=1)[keep]
-        attention = torch.cat([self.attention, real], dim=1)[keep]
-        self.cache.batch_select_indices(torch.tensor(keep, device=_cache_device(self.cache)))
-        chunk_ids, chunk_mask = left_pad(chunks, 0)
+        device, width = self.ids.device, generated.shape[1]
+        real = torch.tensor(
+            [[int(j < n) for j in range(width)] for n in reply_lengths], device=device
+        )
+        rows = torch.tensor(keep, device=device)
+        ids = torch.cat([self.ids, generated], dim=1)[rows]
+        attention = torch.cat([self.attention, real], dim=1)[rows]
+        self.cache.batch_select_indices(rows)
+        chunk_ids, chunk_mask = left_pad(chunks, 0, device)
         self.ids = torch.cat([ids, chunk_ids], dim=1)
         self.attention = torch.cat([attention, chunk_mask], dim=1)
-
-
-def _cache_device(cache: object) -> torch.device:
-    layers = getattr(cache, "layers", None)
-    keys = getattr(layers[0], "keys", None) if layers else None
-    return keys.device if isinstance(keys, torch.Tensor) else torch.device("cpu")
 
 
 @torch.no_grad()
@@ -187,32 +185,38 @@ def rollout(
     while active:
         if grid is None:  # the first turn, or every turn of the simple path
             ids, attention = left_pad(
-                [episodes[i].input_ids for i in active], tokenizer.pad_token_id
+                [episodes[i].input_ids for i in active], tokenizer.pad_token_id, device
             )
             cache_kwargs = {}
         else:
             ids, attention = grid.ids, grid.attention
             cache_kwargs = {_CACHE_ARG: grid.cache}
         out = model.generate(
-            input_ids=ids.to(device),
-            attention_mask=attention.to(device),
-            generation_config=config,
-            **cache_kwargs,
+            input_ids=ids, attention_mask=attention, generation_config=config, **cache_kwargs
         )
-        new_tokens = out.sequences[:, ids.shape[1] :].cpu()
-        logits = torch.stack(out.logits, dim=1).float().cpu()  # raw logits, before any processor
+        new_tokens = out.sequences[:, ids.shape[1] :]
+        # The sampled tokens' log-probs from the raw logits (before any processor), on the
+        # device, one generated position at a time: [B, V] float32 temporaries, never [B, g, V].
         scale = temperature if temperature > 0 else 1.0
-        logps = torch.log_softmax(logits / scale, dim=-1)
-        logps = logps.gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1)
+        logps = torch.stack(
+            [
+                torch.log_softmax(step_logits.float() / scale, dim=-1)
+                .gather(-1, new_tokens[:, k, None])
+                .squeeze(-1)
+                for k, step_logits in enumerate(out.logits)
+            ],
+            dim=1,
+        ).tolist()
+        sampled_rows = new_tokens.tolist()
 
         still_active, keep_rows, chunks, reply_lengths = [], [], [], []
         for row, i in enumerate(active):
             episode, env = episodes[i], envs[i]
-            sampled = new_tokens[row].tolist()
+            sampled = sampled_rows[row]
             end = sampled.index(eos) + 1 if eos in sampled else len(sampled)
             reply = sampled[:end]
             reply_lengths.append(end)
-            episode.extend(reply, 1, turn, logps[row, :end].tolist())
+            episode.extend(reply, 1, turn, logps[row][:end])
             fed = len(episode.input_ids)  # what the next turn's model input already holds
             if reply[-1] != eos:
                 # Cut off by max_new_tokens: close the message so the template stays well formed.

@@ -10,7 +10,9 @@ One step of multi-turn GRPO, each part in its own module:
    progress in `process` mode (minirl.rewards); turn the scores into group-normalised advantages
    on every assistant token (minirl.grpo);
 4. recompute the log-probs of the sampled tokens with gradients (minirl.batch) and minimise the
-   clipped surrogate (minirl.grpo) for `num_iterations` epochs; only the LoRA parameters move.
+   clipped surrogate (minirl.grpo) for `num_iterations` epochs, one optimizer step each, its
+   gradient accumulated micro-batch by micro-batch (minirl.update), so memory is bounded by
+   `per_device_train_batch_size`, not by the episodes per step; only the LoRA parameters move.
 
 Before the first step and after the last, the policy is evaluated on held-out instances at a
 tight, a middle and a generous budget (minirl.eval.sampler), so every run reports base vs trained.
@@ -55,6 +57,7 @@ from minirl.progress import progress_bar
 from minirl.rewards import outcome_rewards, progress_rewards
 from minirl.rollout import rollout
 from minirl.trackers import tracking
+from minirl.update import accumulate_gradients
 
 
 def train(cfg: Config, progress: bool = True) -> TrainResult:
@@ -73,6 +76,7 @@ def train(cfg: Config, progress: bool = True) -> TrainResult:
         cfg.model.lora_alpha,
         cfg.model.lora_dropout,
         task=cfg.task.task,
+        gradient_checkpointing=cfg.grpo.gradient_checkpointing,
     )
     optimizer = torch.optim.AdamW(
         trainable_parameters(model), lr=cfg.grpo.learning_rate, weight_decay=0.0
@@ -184,40 +188,37 @@ def train_step(
     )
     ref_logps = None
     if g.beta > 0:  # the KL reference: the same model with its adapters switched off
-        with torch.no_grad(), reference_policy(model):
-            ref_logps, _, _ = bucketed_logps(
-                model, batch, g.temperature, g.per_device_train_batch_size
-            )
+        with reference_policy(model):
+            ref_logps = bucketed_logps(model, batch, g.temperature, g.per_device_train_batch_size)
 
-    # 4. The update: num_iterations epochs of the clipped surrogate over the same episodes.
+    # 4. The update: num_iterations epochs of the clipped surrogate over the same episodes, each
+    #    one optimizer step on gradients accumulated micro-batch by micro-batch (minirl.update).
     model.train()
     losses, stats, entropy, grad_norm, skipped, pad_frac = [], {}, 0.0, 0.0, 0, 0.0
     for _ in range(g.num_iterations):
-        logps, entropy, pad_frac = bucketed_logps(
-            model, batch, g.temperature, g.per_device_train_batch_size
-        )
-        loss, stats = grpo.policy_loss(
-            logps,
-            batch.old_logps,
+        optimizer.zero_grad(set_to_none=True)
+        grad = accumulate_gradients(
+            model,
+            batch,
             advantages,
-            batch.loss_mask,
+            temperature=g.temperature,
+            micro_batch_size=g.per_device_train_batch_size,
+            ref_logps=ref_logps,
             epsilon=g.epsilon,
             epsilon_high=g.epsilon_high,
             beta=g.beta,
-            ref_logps=ref_logps,
             loss_type=g.loss_type,
             # dr_grpo's constant: the most assistant tokens any episode of this run can have.
             max_completion_length=t.max_new_tokens
             * (b.budget if b.mode == "fixed" else b.budget_max),
         )
-        optimizer.zero_grad(set_to_none=True)
-        if not torch.isfinite(loss):
-            warnings.warn(
-                f"step {step}: non-finite loss ({loss.item()}); update skipped", stacklevel=1
-            )
+        entropy, pad_frac = grad.entropy, grad.padding_fraction
+        if not grad.finite:
+            warnings.warn(f"step {step}: non-finite loss; update skipped", stacklevel=1)
+            optimizer.zero_grad(set_to_none=True)
             skipped += 1
             continue
-        loss.backward()
+        stats = grad.stats
         norm = torch.nn.utils.clip_grad_norm_(trainable_parameters(model), g.max_grad_norm)
         if not torch.isfinite(norm):
             warnings.warn(f"step {step}: non-finite gradient; update skipped", stacklevel=1)
@@ -225,7 +226,7 @@ def train_step(
             skipped += 1
             continue
         optimizer.step()
-        losses.append(loss.item())
+        losses.append(grad.loss)
         grad_norm = float(norm)
     model.eval()
 

@@ -68,7 +68,7 @@ from minirl.trackers import PROJECT, Trackers, environment, tracking
 MAPPING: dict[str, str] = {
     "per_device_train_batch_size": "the same name and meaning (episodes per forward pass), "
     "capped at tasks_per_step * num_generations / number of processes; TRL does not sort the "
-    "micro-batches by length as minirl.batch.bucketed_logps does.",
+    "micro-batches by length as minirl.batch.micro_batches does.",
     "gradient_accumulation_steps": "the micro-batches that make up one process's share of a "
     "rollout batch, so one optimizer step sees the whole batch, as in minirl.",
     "steps_per_generation": "= gradient_accumulation_steps: a new rollout batch for every "
@@ -85,7 +85,8 @@ MAPPING: dict[str, str] = {
     "shuffle_dataset": "False: the dataset is already a seeded random draw in step order.",
     "lr_scheduler_type": "'constant' and weight_decay 0: minirl's plain AdamW (TRL's default "
     "decays the rate linearly to 0).",
-    "gradient_checkpointing": "False, as in minirl.models (GRPOConfig defaults to True).",
+    "gradient_checkpointing": "minirl's --gradient_checkpointing, default False (GRPOConfig "
+    "defaults to True), non-reentrant as in minirl.models.",
     "bf16": "True only on a CUDA device with bf16 support (GRPOConfig defaults to True, which on "
     "a CPU would run the training forward in bf16 autocast).",
     "save_total_limit": "2, as minirl.checkpoint keeps the two newest checkpoints.",
@@ -257,7 +258,8 @@ def grpo_config(
         lr_scheduler_type="constant",
         weight_decay=0.0,
         optim="adamw_torch",
-        gradient_checkpointing=False,
+        gradient_checkpointing=g.gradient_checkpointing,
+        gradient_checkpointing_kwargs={"use_reentrant": False},
         bf16=cuda and torch.cuda.is_bf16_supported(),
         fp16=False,
         save_total_limit=2,
@@ -358,6 +360,7 @@ def train_trl(cfg: Config, progress: bool = True) -> TrainResult:
         # Each process puts its copy on its own GPU (accelerate sets LOCAL_RANK).
         device=state.device,
         task=cfg.task.task,
+        gradient_checkpointing=cfg.grpo.gradient_checkpointing,
     )
     metrics_path, summary_path = out / "metrics.jsonl", out / "summary.json"
     summary: dict = {"config": cfg.to_dict(), "backend": "trl"}

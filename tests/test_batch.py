@@ -1,4 +1,5 @@
-"""Episodes to tensors to log-probs: padding, brute-force log-probs, length buckets."""
+"""Episodes to tensors to log-probs: padding, brute-force log-probs, loss-position log-probs,
+length buckets."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from minirl import grpo
 from minirl.batch import (
     bucketed_logps,
     length_buckets,
+    loss_token_logps,
+    micro_batches,
     padding_fraction,
     sequence_logps,
     to_batch,
@@ -30,31 +32,65 @@ def test_length_buckets_sort_and_cut() -> None:
     assert abs(padding_fraction(lengths, buckets) - (1 - 150 / 170)) < 1e-12
 
 
-def test_bucketed_forward_gives_the_same_loss_and_gradient(quick_policy_fp32) -> None:
-    """Micro-batching by length changes how much padding is computed, not the numbers."""
-    model, tok = quick_policy_fp32
+def played(model, tok, n: int = 16) -> list:
+    """Episodes of several lengths (budgets 2, 4, 6, 8), so micro-batches differ in width."""
     torch.manual_seed(0)
-    specs = [EpisodeSpec("gridnav", s, 2 + 2 * (s % 4), s) for s in range(16)]
-    episodes = rollout(model, tok, specs, max_new_tokens=3)
+    specs = [EpisodeSpec("gridnav", s, 2 + 2 * (s % 4), s) for s in range(n)]
+    return rollout(model, tok, specs, max_new_tokens=3)
+
+
+@pytest.mark.parametrize("fixture", ["quick_policy_fp32", "quick_policy"])
+def test_loss_token_logps_equal_the_full_logits_ones(fixture: str, request) -> None:
+    """The LM head on the loss positions only gives the log-probs and entropy of full logits."""
+    model, tok = request.getfixturevalue(fixture)
+    batch = to_batch(played(model, tok), tok.pad_token_id, torch.device("cpu"))
+    temp = 0.7
+    with torch.no_grad():
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+        got, entropy = loss_token_logps(
+            model, batch.input_ids, batch.attention_mask, batch.loss_mask, temp
+        )
+        bucketed = bucketed_logps(model, batch, temp, 3)
+    full = token_logps(logits, batch.input_ids, temp)
+    torch.testing.assert_close(got, full * batch.loss_mask, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(bucketed, got, atol=1e-5, rtol=1e-5)
+    # Entropy of the sampling distribution at every position whose next token is a loss token.
+    logp = torch.log_softmax(logits[:, :-1].float() / temp, dim=-1)
+    brute = (-(logp.exp() * logp).sum(-1) * batch.loss_mask[:, 1:]).sum()
+    assert float(entropy) == pytest.approx(float(brute), rel=1e-5)
+    assert (got[batch.loss_mask == 0] == 0).all()
+
+
+def test_micro_batches_sort_by_length_and_cut_the_padding(quick_policy) -> None:
+    model, tok = quick_policy
+    episodes = played(model, tok)
     batch = to_batch(episodes, tok.pad_token_id, torch.device("cpu"))
-    adv = grpo.trajectory_token_advantages(torch.randn(len(episodes)), batch.loss_mask)
-    params = [p for p in model.parameters() if p.requires_grad]
-    results = {}
-    model.train()
-    for size in (16, 3):
-        logps, entropy, pad = bucketed_logps(model, batch, 1.0, size)
-        loss, _ = grpo.policy_loss(logps, batch.old_logps, adv, batch.loss_mask)
-        grads = torch.autograd.grad(loss, params)
-        results[size] = (loss.detach(), entropy, pad, grads)
-    model.eval()
-    (loss1, ent1, pad1, g1), (loss3, ent3, pad3, g3) = results[16], results[3]
-    torch.testing.assert_close(loss3, loss1, atol=1e-6, rtol=1e-5)
-    assert abs(ent3 - ent1) < 1e-5
-    for a, b in zip(g3, g1, strict=True):
-        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
     lengths = [len(e.input_ids) for e in episodes]
-    assert pad1 == padding_fraction(lengths, [list(range(16))])
-    assert pad3 < pad1 / 2, (pad3, pad1)
+    cuts, pad = micro_batches(batch, 3)
+    assert [index.tolist() for index, _ in cuts] == length_buckets(lengths, 3)
+    assert [width for _, width in cuts] == [
+        max(lengths[i] for i in rows) for rows in length_buckets(lengths, 3)
+    ]
+    part = batch.rows(*cuts[0])
+    assert part.input_ids.shape == (3, cuts[0][1])
+    assert torch.equal(part.loss_mask, batch.loss_mask[cuts[0][0], : cuts[0][1]])
+    _, pad_one = micro_batches(batch, 16)
+    assert pad_one == padding_fraction(lengths, [list(range(16))])
+    assert pad < pad_one / 2, (pad, pad_one)
+
+
+def test_to_batch_pads_right_on_the_given_device(quick_policy) -> None:
+    model, tok = quick_policy
+    episodes = played(model, tok, 4)
+    batch = to_batch(episodes, tok.pad_token_id, torch.device("meta"))
+    assert {t.device.type for t in (batch.input_ids, batch.loss_mask, batch.turn_index)} == {"meta"}
+    batch = to_batch(episodes, tok.pad_token_id, torch.device("cpu"))
+    for i, e in enumerate(episodes):
+        n = len(e.input_ids)
+        assert batch.input_ids[i, :n].tolist() == e.input_ids
+        assert batch.attention_mask[i].sum() == n
+        assert batch.loss_mask[i, :n].tolist() == e.loss_mask
+        assert (batch.turn_index[i, n:] == -1).all()
 
 
 def test_token_logps_match_brute_force() -> None:

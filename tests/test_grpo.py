@@ -192,6 +192,48 @@ def test_dapo_uses_the_whole_batch_token_count() -> None:
     assert loss.item() == pytest.approx((-1.2 + 3.1) / 10)
 
 
+# The same four episodes as two micro-batches, {0, 1} and {2, 3}, given the step's counts
+# (10 tokens, 4 episodes). Per-episode sums -1.2, 3.1 | -3.2, 9.4 (see above):
+#   grpo:    (-1.2/1 + 3.1/3) / 4 + (-3.2/2 + 9.4/4) / 4 = -0.041667 + 0.1875 = 7/48
+#   dapo, bnpo: (-1.2 + 3.1) / 10 + (-3.2 + 9.4) / 10 = 0.19 + 0.62 = 0.81
+#   dr_grpo: 1.9 / (4 * 6) + 6.2 / (4 * 6) = 0.3375
+PARTS = {
+    "grpo": ((-1.2 + 3.1 / 3) / 4, (-3.2 / 2 + 9.4 / 4) / 4),
+    "bnpo": (0.19, 0.62),
+    "dapo": (0.19, 0.62),
+    "dr_grpo": (1.9 / 24, 6.2 / 24),
+}
+
+
+@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+def test_micro_batch_losses_with_the_step_counts_sum_to_the_step_loss(loss_type: str) -> None:
+    logps, old, adv = make_batch()
+    parts = []
+    for rows in (slice(0, 2), slice(2, 4)):
+        loss, stats = policy_loss(
+            logps[rows],
+            old[rows],
+            adv[rows],
+            MASK[rows],
+            loss_type=loss_type,
+            max_completion_length=6,
+            num_items_in_batch=10,
+            num_episodes_in_batch=4,
+        )
+        parts.append(loss.item())
+        assert stats["tokens"] == float(MASK[rows].sum())
+    assert parts == pytest.approx(PARTS[loss_type], abs=1e-9)
+    assert sum(parts) == pytest.approx(EXPECTED[loss_type], abs=1e-9)
+    # Without the step's counts each micro-batch normalises by its own (not the step's loss).
+    alone = [
+        policy_loss(
+            logps[r], old[r], adv[r], MASK[r], loss_type=loss_type, max_completion_length=6
+        )[0].item()
+        for r in (slice(0, 2), slice(2, 4))
+    ]
+    assert sum(alone) != pytest.approx(EXPECTED[loss_type], abs=1e-3)
+
+
 def per_token_grad(loss_type: str) -> tuple[torch.Tensor, torch.Tensor]:
     _, old, adv = make_batch()
     logps = old.clone().requires_grad_(True)  # rho = 1 everywhere: no clipping

@@ -20,6 +20,9 @@ from minirl.tools import bench
         (["--seed", "-1"], "--seed must be in [0, 4294967295], got -1"),
         (["--quant", "int8"], "argument --quant: invalid choice: 'int8'"),
         (["--no_such_flag", "1"], "--no_such_flag"),
+        # The memory part's flags are checked before anything runs.
+        (["--memory_episodes", "6"], "multiple of --num_generations 4"),
+        (["--memory_flags", "--budget_min 9 --budget_max 2"], "--budget_min (9) must be <="),
     ],
 )
 def test_bad_flags_are_one_line_errors(flags, words, capsys: pytest.CaptureFixture[str]) -> None:
@@ -32,7 +35,7 @@ def test_bad_flags_are_one_line_errors(flags, words, capsys: pytest.CaptureFixtu
     assert words in lines[0], lines
 
 
-def test_toy_bench_writes_every_measurement(tmp_path, monkeypatch) -> None:
+def test_toy_bench_writes_every_measurement(tmp_path, monkeypatch, quick_tiny_path) -> None:
     monkeypatch.setenv("MINIRL_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "bench"
     code = bench.main(
@@ -44,6 +47,10 @@ def test_toy_bench_writes_every_measurement(tmp_path, monkeypatch) -> None:
             "--num_generations", "2",
             "--per_device_train_batch_size", "2",
             "--train_steps", "1",
+            "--memory_model", quick_tiny_path,
+            "--memory_episodes", "2,4",
+            "--memory_flags", "--mode fixed --budget 2 --num_generations 2 "
+            "--per_device_train_batch_size 2",
             "--output", str(out),
         ]
     )  # fmt: skip
@@ -70,6 +77,18 @@ def test_toy_bench_writes_every_measurement(tmp_path, monkeypatch) -> None:
     steps = results["train_steps"]
     assert steps["minirl"]["steps_timed"] == steps["trl"]["steps_timed"] == 1
     assert steps["trl_over_minirl"] > 0
+    memory = results["memory"]
+    assert [(r["backend"], r["episodes"]) for r in memory["rows"]] == [
+        ("minirl", 2),
+        ("minirl", 4),
+        ("trl", 2),
+        ("trl", 4),
+    ]
+    for row in memory["rows"]:
+        assert row["peak_mb"] >= row["loaded_mb"] > 100 and row["seconds"] > 0
+    for backend, growth in memory["growth"].items():
+        rows = [r["peak_mb"] for r in memory["rows"] if r["backend"] == backend]
+        assert growth == rows[-1] / rows[0]
     roof = results["roofline"]
     assert 0 < roof["flops_fraction"] < 1 and 0 < roof["bandwidth_fraction"] < 1
     assert results["peak_memory_mb"] > 100

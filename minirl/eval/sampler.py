@@ -36,13 +36,16 @@ from minirl.rollout import rollout
 
 @contextlib.contextmanager
 def seeded(seed: int) -> Iterator[None]:
-    """Sample from torch's global RNG seeded with `seed`, then put the caller's state back."""
-    saved = torch.get_rng_state()
-    torch.manual_seed(seed)
-    try:
+    """Sample from torch's global RNG seeded with `seed`, then put the caller's state back.
+
+    On CUDA the sampling draws from the GPU's generator, not the CPU's, so both are saved and
+    restored (`fork_rng`); restoring only the CPU state would let an evaluation shift the
+    training run's random stream there.
+    """
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
         yield
-    finally:
-        torch.set_rng_state(saved)
 
 
 def truncate(episode: Episode, t: int) -> Episode:

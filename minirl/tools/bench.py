@@ -10,9 +10,13 @@ drift from run to run, ratios much less):
    default base is barely warm-started, so episodes rarely end early and every T is played out;
 2. one batched rollout of E episodes against a naive loop that plays them one at a time;
 3. the training forward and backward over one step's episodes, padded to the longest episode
-   against length-sorted micro-batches (minirl.batch.bucketed_logps), with the padding fraction;
-   and seconds per training step, minirl's loop against `--backend trl` on the same config;
-4. peak memory: the process's peak RSS on the CPU, `torch.cuda.max_memory_allocated` on CUDA;
+   against length-sorted micro-batches with a backward each (minirl.update), with the padding
+   fraction; and seconds per training step, minirl's loop against `--backend trl` on the same
+   config;
+4. memory: the peak of one training step against episodes per step (8, 16, 32, 64 by default,
+   with smollm2), each backend, every step in a fresh process (minirl.tools.step_memory): the
+   process's peak RSS on the CPU, `torch.cuda.max_memory_allocated` on CUDA. With gradient
+   accumulation it should not grow with the episodes;
 5. a roofline line: the generation's achieved FLOP/s against this machine's measured matmul
    FLOP/s, and its achieved bytes/s against the measured memory bandwidth. FLOPs and bytes are
    estimated from the shapes of every forward call (2 FLOPs per weight per token, plus
@@ -38,8 +42,9 @@ import torch
 import tasks
 from minirl.checkpoint import check_writable
 from minirl.cli import ArgParser, run_cli
-from minirl.config import MAX_TURNS, TURNS, BenchArgs, validate_bench
+from minirl.config import MAX_TURNS, TURNS, BenchArgs, memory_episodes, validate_bench
 from minirl.episode import EpisodeSpec
+from minirl.errors import ConfigError, MinirlError
 from minirl.tools.bench_report import plot_rollouts, print_report
 from minirl.tools.measure import (
     ForwardCount,
@@ -154,10 +159,11 @@ def bench_batching(model, tokenizer, args: BenchArgs, shape) -> dict:
 def bench_training_forward(model, tokenizer, args: BenchArgs) -> dict:
     """Forward + backward over one step's episodes: one padded pass against length buckets."""
     from minirl import grpo
-    from minirl.batch import bucketed_logps, to_batch
+    from minirl.batch import to_batch
     from minirl.budgets import sample_budgets
     from minirl.config import BudgetArgs
     from minirl.rollout import rollout
+    from minirl.update import accumulate_gradients
 
     mix = BudgetArgs()  # the default BudgetMix range: the lengths a training step really mixes
     budgets = sample_budgets(
@@ -188,14 +194,14 @@ def bench_training_forward(model, tokenizer, args: BenchArgs) -> dict:
         reset_peak_memory()
         sync()
         start = time.perf_counter()
-        logps, _, pad = bucketed_logps(model, batch, 1.0, size)
-        loss, _ = grpo.policy_loss(logps, batch.old_logps, advantages, batch.loss_mask)
-        loss.backward()
+        grad = accumulate_gradients(
+            model, batch, advantages, temperature=1.0, micro_batch_size=size
+        )
         sync()
         result[name] = {
             "micro_batch": size,
             "seconds": time.perf_counter() - start,
-            "padding_fraction": pad,
+            "padding_fraction": grad.padding_fraction,
             "peak_memory_mb": peak_memory_mb(),
         }
         model.zero_grad(set_to_none=True)
@@ -209,7 +215,7 @@ def bench_train_steps(model_path: str, args: BenchArgs) -> dict:
     from minirl.config import BudgetArgs, Config, GRPOArgs, ModelArgs, TaskArgs
 
     results: dict[str, dict] = {}
-    for backend in [b.strip() for b in args.backends.split(",") if b.strip()]:
+    for backend in backends_of(args):
         with tempfile.TemporaryDirectory() as tmp:
             cfg = Config(
                 ModelArgs(model=model_path, quant=args.quant),
@@ -273,6 +279,66 @@ def step_seconds(cfg) -> list[float]:
     return timer.seconds
 
 
+def memory_argv(args: BenchArgs, episodes: int, backend: str) -> list[str]:
+    """train.py flags of one memory-part step; a ConfigError if they do not make one."""
+    import shlex
+
+    from minirl.tools.step_memory import parse_config
+
+    flags = [*shlex.split(args.memory_flags), "--model", args.memory_model, "--backend", backend]
+    try:
+        generations = parse_config(flags).grpo.num_generations
+    except SystemExit as err:  # argparse has printed which flag it could not read
+        raise ConfigError(f"--memory_flags {args.memory_flags!r}: not train.py flags") from err
+    if episodes % generations:
+        raise ConfigError(
+            f"--memory_episodes {episodes} is not a multiple of --num_generations {generations}"
+        )
+    argv = [*flags, "--tasks_per_step", str(episodes // generations)]
+    parse_config(argv)  # e.g. --backend trl's micro-batch must divide the episodes
+    return argv
+
+
+def bench_memory(args: BenchArgs) -> dict:
+    """Peak memory of one training step against episodes per step, for each backend.
+
+    Every step runs in a fresh process (minirl.tools.step_memory), since a process's peak RSS
+    never goes down. `growth` is each backend's peak at the most episodes over its peak at the
+    fewest: 1.0 means the step's memory does not depend on the episodes per step.
+    """
+    import subprocess
+
+    rows = []
+    for backend in backends_of(args):
+        for episodes in memory_episodes(args):
+            argv = memory_argv(args, episodes, backend)
+            done = subprocess.run(
+                [sys.executable, "-m", "minirl.tools.step_memory", *argv],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if done.returncode != 0:
+                last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+                raise MinirlError(f"memory step ({backend}, {episodes} episodes) failed: {last}")
+            rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    growth = {}
+    for backend in backends_of(args):
+        peaks = [r["peak_mb"] for r in rows if r["backend"] == backend]
+        growth[backend] = peaks[-1] / peaks[0]
+    return {
+        "model": args.memory_model,
+        "flags": args.memory_flags,
+        "measure": "cuda max_memory_allocated" if torch.cuda.is_available() else "peak RSS",
+        "rows": rows,
+        "growth": growth,
+    }
+
+
+def backends_of(args: BenchArgs) -> list[str]:
+    return [b.strip() for b in args.backends.split(",") if b.strip()]
+
+
 # ---- running and reporting -------------------------------------------------------------------
 
 
@@ -310,6 +376,8 @@ def run_bench(args: BenchArgs, progress: bool = True) -> dict:
     }
     if args.train_steps > 0:
         measurements["train_steps"] = lambda: bench_train_steps(path, args)
+    if args.memory_episodes.strip():
+        measurements["memory"] = lambda: bench_memory(args)
     with progress_bar(disable=not progress) as bar:
         for part in bar.track(list(measurements), description="bench"):
             results[part] = measurements[part]()
@@ -339,6 +407,9 @@ def main(argv: list[str] | None = None) -> int:
 def bench(args: BenchArgs) -> int:
     validate_bench(args)
     check_writable(args.output, "--output")
+    for episodes in memory_episodes(args):  # bad memory flags fail now, not after an hour
+        for backend in backends_of(args):
+            memory_argv(args, episodes, backend)
     results = run_bench(args)
     print_report(results)
     out = Path(args.output)

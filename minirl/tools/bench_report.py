@@ -66,6 +66,8 @@ def print_report(results: dict) -> None:
         console.print(
             f"training step: {line}" + (f" (trl / minirl = {ratio:.2f})" if ratio else "")
         )
+    if "memory" in results:
+        print_memory(console, results["memory"])
     rf = results["roofline"]
     console.print(
         f"roofline (cached rollout, T={rf['T']}, estimated work): "
@@ -75,6 +77,37 @@ def print_report(results: dict) -> None:
         f"measured copy bandwidth ({rf['bandwidth_fraction']:.1%})"
     )
     console.print(f"peak memory ({results['device']}): {results['peak_memory_mb']:.0f} MiB")
+
+
+def print_memory(console, memory: dict) -> None:  # noqa: ANN001
+    from rich.table import Table
+
+    backends = list(memory["growth"])
+    title = f"Peak memory of one training step ({memory['model']}, {memory['measure']})"
+    table = Table(title=title)
+    table.add_column("episodes per step", justify="right")
+    for backend in backends:
+        table.add_column(f"{backend} MiB", justify="right")
+        table.add_column(f"{backend} s", justify="right")
+    if len(backends) == 2:
+        table.add_column(f"{backends[0]} / {backends[1]}", justify="right")
+    by = {(r["backend"], r["episodes"]): r for r in memory["rows"]}
+    for episodes in sorted({r["episodes"] for r in memory["rows"]}):
+        cells = [str(episodes)]
+        for backend in backends:
+            row = by[backend, episodes]
+            cells += [f"{row['peak_mb']:,.0f}", f"{row['seconds']:.0f}"]
+        if len(backends) == 2:
+            a, b = (by[x, episodes]["peak_mb"] for x in backends)
+            cells.append(f"{a / b:.2f}")
+        table.add_row(*cells)
+    console.print(table)
+    growth = ", ".join(f"{k} {v:.2f}x" for k, v in memory["growth"].items())
+    console.print(
+        f"peak at the most episodes / peak at the fewest: {growth} (1.00 = flat); "
+        f"{memory['rows'][0]['loaded_mb']:,.0f} MiB after loading the model; "
+        f"flags: {memory['flags']}"
+    )
 
 
 def plot_rollouts(results: dict, path: Path) -> Path:
