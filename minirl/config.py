@@ -458,10 +458,10 @@ def memory_episodes(args: BenchArgs) -> list[int]:
 class ViewerArgs:
     """python -m minirl.viewer DIR: the episode viewer page of a run or an evaluation."""
 
-    budget: int = HfArg(
+    budget: Annotated[int, Range(ge=0, le=MAX_TURNS)] = HfArg(
         default=0, help="Show the episodes played at this turn budget T (0 = the middle one kept)."
     )
-    instances: int = HfArg(default=6, help="Instances to show (the first ones kept).")
+    instances: Count = HfArg(default=6, help="Instances to show (the first ones kept).")
     output: str = HfArg(default="", help="Where to write the page; default DIR/episodes.html.")
 
 

@@ -120,20 +120,27 @@ def write_curves(run_dir: str | Path, output: str | Path | None = None) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from transformers import HfArgumentParser
-
+    from minirl.cli import ArgParser, run_cli
     from minirl.config import CurvesArgs
+    from minirl.errors import ConfigError
+    from minirl.validation import check_fields
 
-    parser = HfArgumentParser(CurvesArgs, description=__doc__.split("\n")[0], allow_abbrev=False)
+    parser = ArgParser(
+        CurvesArgs, prog="minirl.curves", description=__doc__.split("\n")[0], allow_abbrev=False
+    )
     parser.add_argument("run_dir", help="A run directory holding metrics.jsonl.")
     args, rest = parser.parse_args_into_dataclasses(args=argv)
-    try:
-        path = write_curves(rest.run_dir, args.output or None)
-    except ValueError as err:
-        print(f"minirl.curves: error: {err}", file=sys.stderr)
-        return 2
-    print(f"wrote {path}")
-    return 0
+
+    def work() -> int:
+        check_fields(args)
+        try:
+            path = write_curves(rest.run_dir, args.output or None)
+        except ValueError as err:  # nothing to draw in that directory: say which and why
+            raise ConfigError(str(err)) from err
+        print(f"wrote {path}")
+        return 0
+
+    return run_cli("minirl.curves", work, lambda: "nothing was written")
 
 
 if __name__ == "__main__":

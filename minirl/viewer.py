@@ -352,20 +352,27 @@ instances played by each policy, side by side; each row is the state after that 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from transformers import HfArgumentParser
-
+    from minirl.cli import ArgParser, run_cli
     from minirl.config import ViewerArgs
+    from minirl.errors import ConfigError
+    from minirl.validation import check_fields
 
-    parser = HfArgumentParser(ViewerArgs, description=__doc__.split("\n")[0], allow_abbrev=False)
+    parser = ArgParser(
+        ViewerArgs, prog="minirl.viewer", description=__doc__.split("\n")[0], allow_abbrev=False
+    )
     parser.add_argument("directory", help="A run or evaluate.py directory with episodes.json.")
     args, rest = parser.parse_args_into_dataclasses(args=argv)
-    try:
-        path = write_page(rest.directory, args.output or None, args.budget, args.instances)
-    except ValueError as err:
-        print(f"minirl.viewer: error: {err}", file=sys.stderr)
-        return 2
-    print(f"wrote {path}: open it in a browser")
-    return 0
+
+    def work() -> int:
+        check_fields(args)
+        try:
+            path = write_page(rest.directory, args.output or None, args.budget, args.instances)
+        except ValueError as err:  # nothing to draw in that directory: say which and why
+            raise ConfigError(str(err)) from err
+        print(f"wrote {path}: open it in a browser")
+        return 0
+
+    return run_cli("minirl.viewer", work, lambda: "nothing was written")
 
 
 if __name__ == "__main__":

@@ -20,11 +20,13 @@ import pytest
 from minirl.config import (
     BenchArgs,
     BudgetArgs,
+    CurvesArgs,
     EvalArgs,
     GRPOArgs,
     ModelArgs,
     StudyArgs,
     TaskArgs,
+    ViewerArgs,
 )
 from minirl.errors import ConfigError
 from minirl.validation import Range, check_fields, expected, field_hints, parse_ints
@@ -34,7 +36,10 @@ sys.path.insert(0, str(ROOT))  # train.py and evaluate.py are scripts at the rep
 import evaluate  # noqa: E402
 import train  # noqa: E402
 
-CLI_DATACLASSES = (ModelArgs, GRPOArgs, BudgetArgs, TaskArgs, EvalArgs, StudyArgs, BenchArgs)
+CLI_DATACLASSES = (
+    *(ModelArgs, GRPOArgs, BudgetArgs, TaskArgs, EvalArgs, StudyArgs, BenchArgs),
+    *(ViewerArgs, CurvesArgs),
+)
 FIELDS = [(cls, name) for cls in CLI_DATACLASSES for name in field_hints(cls)]
 
 
@@ -56,6 +61,8 @@ def bad_values(hint: Any, bounds: Range | None) -> list[Any]:
         return [*bad, "yes", 1, 0.5]
     if base is str:
         return [*bad, 5, 2.5, True]
+    if typing.get_origin(base) is list:  # report_to: a list of names, each a string
+        return [5, "tensorboard", [5], ["tensorboard", None], {"a": 1}, None]
     if base is int:
         bad += [True, 2.5, "3", 2**64]
     if base is float:
