@@ -28,8 +28,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch.utils.tensorboard import SummaryWriter
 
-import minirl.grpo
 import minirl.trainer
+import minirl.update
 from minirl.checkpoint import (
     TrainerState,
     check_not_diverged,
@@ -230,14 +230,15 @@ def test_nan_weights_are_refused_and_the_last_checkpoint_survives(policy, tmp_pa
 def test_nan_loss_warns_and_skips_the_update(
     quick_tiny_path: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = minirl.grpo.policy_loss
+    real = minirl.update.policy_loss
 
     def nan_loss(*args, **kwargs):
         loss, stats = real(*args, **kwargs)
         return loss * float("nan"), stats
 
-    # The trainer calls grpo.policy_loss through the module, so patching the attribute reaches it.
-    monkeypatch.setattr(minirl.grpo, "policy_loss", nan_loss)
+    # The step's update (minirl.update) computes every micro-batch's loss with the policy_loss it
+    # imported, so that name is the one to replace.
+    monkeypatch.setattr(minirl.update, "policy_loss", nan_loss)
     run = tmp_path / "nan"
     cfg = small_config(quick_tiny_path, run, 1)
     with pytest.warns(UserWarning, match="non-finite loss"):

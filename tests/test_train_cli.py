@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from minirl.checkpoint import checkpoints
 from minirl.config import BudgetArgs, Config, GRPOArgs, ModelArgs, TaskArgs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -388,7 +389,8 @@ def test_ctrl_c_is_one_line_naming_the_checkpoint_to_resume(
     result = finish(proc, log)
     assert result.returncode == 130, result.stderr[-2000:]
     assert len(result.error_lines) == 1, result.stderr[-2000:]
-    newest = max((p for p in out.glob("checkpoint-*")), key=lambda p: int(p.name.split("-")[1]))
+    # A save cut short leaves checkpoint-<N>.tmp behind; the message names the newest complete one.
+    newest = checkpoints(out)[-1]
     assert result.error_lines[0] == (
         f"train.py: error: interrupted (Ctrl-C); the same command with --resume continues "
         f"from {newest}"

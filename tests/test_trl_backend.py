@@ -258,7 +258,7 @@ def test_a_resumed_trl_run_logs_what_the_uninterrupted_run_logged(
         (out / name).unlink()
     full = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in full] == [1, 2, 3]  # one line per step, no closing line
-    cfg = trl_config(out, resume=True, logging_steps=10)
+    cfg = trl_config(out, resume=True, logging_steps=10, eval_seeds=4)  # as trl_run
     backend.train_trl(cfg, progress=False)
     resumed = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     timing = {"step_time"}
