@@ -120,8 +120,8 @@ class GRPOArgs:
         default=False,
         help="Recompute each decoder layer's activations in the backward instead of keeping "
         "them: much less training memory for about one extra forward pass per update. Turn it on "
-        "on a GPU with a hub model (e.g. Qwen2.5-0.5B on 6-8 GB); off for tiny on a CPU, where it "
-        "only costs time.",
+        "on a GPU with a hub model (e.g. Qwen2.5-0.5B on 6-8 GB); for tiny it hardly matters "
+        "(its step is mostly rollout).",
     )
     # Gradients are scaled to this norm: 0 would stop every update and a negative norm reverse it.
     max_grad_norm: Positive = HfArg(default=1.0, help="Gradient clipping norm.")
