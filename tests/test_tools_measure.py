@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
 
 from minirl.tools import measure
+from minirl.tools.measure import peak_memory_mb, reset_peak_memory
 
 
 def test_loglog_slope_recovers_a_power_law() -> None:
@@ -34,3 +36,20 @@ def test_flop_count_uses_every_base_weight_once(quick_policy) -> None:
     attention = 4 * c.num_hidden_layers * c.hidden_size * 3 * 5 * 5
     assert (count.calls, count.tokens) == (1, 15)
     assert count.flops == 2 * expected * 15 + attention
+
+
+@pytest.mark.skipif(
+    torch.cuda.is_available() or not Path("/proc/self/clear_refs").exists(),
+    reason="the CPU high-water-mark reset is Linux's",
+)
+def test_reset_peak_memory_forgets_an_earlier_peak() -> None:
+    """A step's peak must not be hidden under the larger peak of loading the model before it."""
+    big = torch.ones(64 * 2**20)  # 256 MiB, freed straight back to the system (mmap'd)
+    del big
+    before = peak_memory_mb()
+    reset_peak_memory()
+    after = peak_memory_mb()
+    assert before - after > 200, (before, after)
+    small = torch.ones(16 * 2**20)  # 64 MiB: the new peak sees it
+    assert peak_memory_mb() - after > 50
+    del small

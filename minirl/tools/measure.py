@@ -79,15 +79,32 @@ def count_forwards(model: torch.nn.Module, count: ForwardCount, shape: dict[str,
 
 
 def peak_memory_mb() -> float:
-    """Peak resident memory of this process so far (CPU), or peak CUDA memory since reset."""
+    """Peak memory since the last `reset_peak_memory`: CUDA's allocated peak on a GPU; on a CPU the
+    resident set's high-water mark (Linux's VmHWM, else the whole process's `ru_maxrss`)."""
     if torch.cuda.is_available():
         return torch.cuda.max_memory_allocated() / 2**20
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
 def reset_peak_memory() -> None:
+    """Start a new peak. On a CPU, writing 5 to /proc/self/clear_refs resets Linux's VmHWM, so a
+    step's peak is not hidden under the larger peak of loading the model (where the kernel does
+    not allow it, the peak stays the process's)."""
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
+        return
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
 
 
 def sync() -> None:

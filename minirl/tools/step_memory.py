@@ -1,16 +1,16 @@
 """`python -m minirl.tools.step_memory [train.py flags]`: the peak memory of one training step.
 
-One process per measurement, because the CPU's peak resident set size (`ru_maxrss`) only ever
-grows: a second step in the same process could not show a smaller peak than the first. The
+One process per measurement, so that no step inherits another's allocator state. The
 process loads the policy as `train.py` does, records its memory after loading, plays and trains
 one step (rollout and update: `minirl.trainer.train_step`, or one optimizer step of
 `trl.GRPOTrainer` for `--backend trl`), and prints one JSON line:
 
     {"backend": ..., "episodes": E, "loaded_mb": ..., "peak_mb": ..., "seconds": ...}
 
-`peak_mb` is the process's peak RSS on the CPU (loading included: the step's peak is the larger
-one whenever the step needs more than the load did) and `torch.cuda.max_memory_allocated` on
-CUDA. `python -m minirl.tools.bench` runs this at several episodes per step for its memory part.
+`peak_mb` is the step's peak: on the CPU the resident set's high-water mark, reset after loading
+(minirl.tools.measure; loading a 4-bit model can peak higher than a small step, and would hide
+it), with the loaded model still counted; `torch.cuda.max_memory_allocated` on CUDA.
+`python -m minirl.tools.bench` runs this at several episodes per step for its memory part.
 """
 
 from __future__ import annotations
