@@ -48,9 +48,7 @@ def test_step_memory_does_not_grow_with_episodes_per_step(quick_tiny_path: str) 
     one_pass = peak_mb(quick_tiny_path, 64, 64)
     assert many <= 1.25 * few, (few, many)
     assert one_pass - few > 4 * max(many - few, 1.0), (few, many, one_pass)
-    # In MiB, not as a ratio: the process's floor (torch, transformers, the model) is ~2 GiB and
-    # varies by machine, while the one pass's activations are hundreds of MiB everywhere.
-    assert one_pass - few > 200, (few, one_pass)
+    assert one_pass > 1.5 * few, (few, one_pass)
 
 
 def test_bad_flags_are_one_line_errors() -> None:

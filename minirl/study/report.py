@@ -60,9 +60,9 @@ def intro(study: StudyRecord, command: str) -> list[str]:
 
 
 def glance(found: dict[str, TaskFindings]) -> list[str]:
+    yes = {True: "yes", False: "no"}
     rows = []
     for task, f in found.items():
-        yes = {True: "yes", False: "no"}
         for arm, v in f.budget.verdicts.items():
             rows.append([task, "1. budget dependence", arm, yes[v.shown]])
         for arm, v in f.where.verdicts.items():
