@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 
-from tasks.base import Env, Step, parse_action
+from tasks.base import TEXTS, Env, Step, parse_action, parse_reply
 from tasks.gridnav import GridNav
 from tasks.guess import Guess
 from tasks.icy import Icy
@@ -28,8 +28,10 @@ TRAIN_SEEDS: range = range(0, 1_000_000)
 EVAL_SEEDS: range = range(1_000_000, 1_100_000)
 
 
-def make(name: str, **options: object) -> Env:
-    """A new environment for task `name`; options go to its constructor (bad ones raise)."""
+def make(name: str, text: str = "compact", **options: object) -> Env:
+    """A new environment for task `name` in `text` (see TEXTS); options go to its constructor."""
+    if text not in TEXTS:
+        raise ValueError(f"unknown task text {text!r}; valid texts: {', '.join(TEXTS)}")
     if name not in _CLASSES:
         raise ValueError(f"unknown task {name!r}; valid tasks: {', '.join(NAMES)}")
     cls = _CLASSES[name]
@@ -37,15 +39,19 @@ def make(name: str, **options: object) -> Env:
     unknown = sorted(set(options) - set(known))
     if unknown:
         raise TypeError(f"task {name!r} has no option {unknown[0]!r}; options: {', '.join(known)}")
-    return cls(**options)
+    env = cls(**options)
+    env.text = text
+    return env
 
 
 __all__ = [
     "EVAL_SEEDS",
     "NAMES",
+    "TEXTS",
     "TRAIN_SEEDS",
     "Env",
     "Step",
     "make",
     "parse_action",
+    "parse_reply",
 ]

@@ -1,18 +1,33 @@
 """The shared environment contract: the Step record, action parsing and the Env base class.
 
-Every task is a small text game played one action word per turn. The base class owns the
+Every task is a small text game played one action per turn. The base class owns the
 bookkeeping that must behave identically in every task: parsing the model's reply, treating
 unparseable replies as invalid turns that leave the state alone, refusing to step a finished
 episode, the reward (1.0 on the solving step, else 0.0) and the fixed set of info keys. A task
 only builds an instance from a seeded RNG, describes its state in words, applies one parsed
 action, and answers the oracle questions: distance() and optimal_actions().
+
+Two readers, two texts (`Env.text`, chosen by `tasks.make(name, text=...)`):
+
+- **compact** (the embedded `tiny` model's): terse word lists such as
+  `pos 2 2 goal down 1 right 2 blocked down`, and a reply must be exactly one action word
+  (`parse_action`). A ~1M-parameter word-level model learns this in a minute.
+- **natural** (a pretrained chat model's): the same facts in plain sentences, rules that state the
+  answer format, and a tolerant parser (`parse_reply`) that accepts a reply naming exactly one
+  action, on an `Action:` line or anywhere in a short answer. A reply naming none, or two
+  different ones, is invalid: it costs the turn and is never guessed at.
+
+The state, the oracle and the reward are the same under both texts; only the words differ.
 """
 
 from __future__ import annotations
 
 import random
+import re
 import string
 from dataclasses import dataclass, field
+
+TEXTS: tuple[str, ...] = ("compact", "natural")
 
 # Only punctuation a model tends to wrap a word in; "-" and "+" stay so "-1" is not read as "1".
 _WRAPPING = ".,!?;:'\"`*()[]{}<>" + string.whitespace
@@ -24,6 +39,51 @@ def parse_action(text: str, action_words: tuple[str, ...]) -> str | None:
         return None
     word = text.strip().lower().strip(_WRAPPING)
     return word if word in action_words else None
+
+
+# Words are letters and digits; a leading "-" stays on its number so "-1" is not read as "1".
+_WORD = re.compile(r"-?[a-z0-9]+")
+# The format the natural rules ask for: the last "Action: X" line (or an <action>X</action> tag)
+# decides, so a model may think aloud before it and mention other actions there.
+_MARKED = re.compile(r"<action>(.*?)</action>|\baction\s*[:=-]\s*([^\n]*)", re.DOTALL)
+
+
+def _words(text: str) -> list[str]:
+    return _WORD.findall(text.lower())
+
+
+def _mentions(words: list[str], phrase: list[str]) -> bool:
+    n = len(phrase)
+    return any(words[i : i + n] == phrase for i in range(len(words) - n + 1))
+
+
+def parse_reply(text: str, action_words: tuple[str, ...]) -> str | None:
+    """The one action a chat model's reply names, or None (never raises).
+
+    Where the reply has an `Action:` line or an `<action>` tag, only the last one is read;
+    otherwise the whole reply is. The reply is valid when exactly one action is named there (an
+    action may be several words, "open drawer 2"; one named inside another, "drawer 2" inside
+    "open drawer 2", counts once). No action, or two different ones ("up, no, left"), is invalid:
+    guessing which one the model meant would reward replies the rules do not allow.
+    """
+    if not isinstance(text, str):
+        return None
+    marked = _MARKED.findall(text.lower())
+    region = next((a or b for a, b in reversed(marked) if (a or b).strip()), text)
+    words = _words(region)
+    phrases = {action: _words(action) for action in action_words}
+    named = {a for a, p in phrases.items() if p and _mentions(words, p)}
+    # Drop an action that is only part of a longer named one ("drawer 2" in "open drawer 2").
+    named = {
+        a for a in named if not any(b != a and _mentions(phrases[b], phrases[a]) for b in named)
+    }
+    return named.pop() if len(named) == 1 else None
+
+
+def spoken_list(words: tuple[str, ...] | list[str], last: str = "or") -> str:
+    """'up, down, left or right': a list the way a sentence says it."""
+    words = list(words)
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} {last} {words[-1]}"
 
 
 @dataclass
@@ -40,10 +100,11 @@ class Step:
 class Outcome:
     """What a task reports after applying one valid action; the base class turns it into a Step."""
 
-    observation: str
+    observation: str  # the compact text
     mistake: bool
     failed: bool = False  # an irreversible failure (a sokoban deadlock) ends the episode
     extras: dict = field(default_factory=dict)
+    natural: str = ""  # the same observation in sentences, for a pretrained chat model
 
 
 class Env:
@@ -54,12 +115,23 @@ class Env:
 
     def __init__(self) -> None:
         self.optimal_length: int = 0
+        self.text: str = "compact"  # which reader the words are for: see TEXTS and the docstring
         self._ready = False
         self._done = False
 
     # ---- hooks for subclasses -------------------------------------------------------------
     @property
-    def system_prompt(self) -> str:
+    def compact_rules(self) -> str:
+        """The system prompt in the compact text."""
+        raise NotImplementedError
+
+    @property
+    def natural_rules(self) -> str:
+        """The system prompt in sentences, ending with the answer format (see format_rule)."""
+        raise NotImplementedError
+
+    def _observe_natural(self) -> str:
+        """The current state in sentences: every fact _observe() states, and no more."""
         raise NotImplementedError
 
     def _generate(self, rng: random.Random) -> None:
@@ -114,20 +186,53 @@ class Env:
         return None
 
     # ---- the public API -------------------------------------------------------------------
+    @property
+    def natural(self) -> bool:
+        return self.text == "natural"
+
+    @property
+    def system_prompt(self) -> str:
+        return self.natural_rules if self.natural else self.compact_rules
+
+    @property
+    def answer_hint(self) -> str:
+        """What a valid reply names, for the natural text ("one of: up, down, left or right")."""
+        return f"one of: {spoken_list(self.action_words)}"
+
+    def format_rule(self) -> str:
+        """The natural rules' last sentence: the answer format that parse_reply reads."""
+        return f"Each turn, reply with exactly {self.answer_hint}."
+
+    def observe(self) -> str:
+        """The current state, in this env's text."""
+        return self._observe_natural() if self.natural else self._observe()
+
     def reset(self, seed: int) -> str:
         # A string seed is hashed with sha512 by random.Random, so instances do not depend on
         # PYTHONHASHSEED and the same seed gives the same instance on every machine.
         self._generate(random.Random(f"{self.name}:{seed}"))
         self._ready, self._done = True, False
-        return self._observe()
+        return self.observe()
+
+    def parse(self, action_text: str) -> str | None:
+        """The action a reply names under this env's text, or None for an invalid reply."""
+        if self.natural:
+            return parse_reply(action_text, self.action_words)
+        return parse_action(action_text, self.action_words)
 
     def step(self, action_text: str) -> Step:
         self._require_ready()
         if self._done:
             raise RuntimeError("episode is done; call reset()")
-        action = parse_action(action_text, self.action_words)
+        action = self.parse(action_text)
         if action is None:
             info = self._info(None, False, False, False, False, self._quiet_extras())
+            if self.natural:
+                said = (
+                    "Your reply did not name exactly one action, so this turn was lost. "
+                    f"Reply with {self.answer_hint}. "
+                )
+                return Step(said + self._observe_natural(), 0.0, False, info)
             return Step("invalid action . " + self._observe(), 0.0, False, info)
         # The optimal flag must judge the state the action was chosen in, so ask before moving.
         optimal = action in self._oracle_actions()
@@ -135,7 +240,8 @@ class Env:
         success = self._solved()
         self._done = success or outcome.failed
         info = self._info(action, True, outcome.mistake, optimal, success, outcome.extras)
-        return Step(outcome.observation, 1.0 if success else 0.0, self._done, info)
+        text = outcome.natural if self.natural else outcome.observation
+        return Step(text, 1.0 if success else 0.0, self._done, info)
 
     def optimal_actions(self) -> set[str]:
         """The actions that lie on some optimal solution from the current state."""
@@ -148,8 +254,8 @@ class Env:
         return self._oracle_distance()
 
     def vocabulary(self) -> set[str]:
-        """Every word the system prompt and observations can produce (for a word tokenizer)."""
-        prompt = set(self.system_prompt.split())
+        """Every word the compact rules and observations can produce (for a word tokenizer)."""
+        prompt = set(self.compact_rules.split())
         return prompt | self._observation_words() | {"invalid", "action", "."}
 
     @property

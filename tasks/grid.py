@@ -42,6 +42,35 @@ def offset_words(src: Cell, dst: Cell) -> str:
     return " ".join(parts) or "here"
 
 
+def cell_sentence(cell: Cell) -> str:
+    """A cell for the natural text: "row 2, column 3"."""
+    return f"row {cell[0]}, column {cell[1]}"
+
+
+def offset_sentence(src: Cell, dst: Cell) -> str:
+    """offset_words in a sentence: "2 steps up and 1 step left" ("right here" if they coincide)."""
+    (r, c), (gr, gc) = src, dst
+    parts = []
+    for n, word in ((gr - r, "up" if gr < r else "down"), (gc - c, "left" if gc < c else "right")):
+        if n:
+            parts.append(f"{abs(n)} step{'s' if abs(n) > 1 else ''} {word}")
+    return " and ".join(parts) or "right here"
+
+
+def blocked_sentence(blocked: list[str]) -> str:
+    """The blocked directions, as the natural text says them."""
+    if not blocked:
+        return "Nothing blocks you in any direction."
+    words = blocked[0] if len(blocked) == 1 else f"{', '.join(blocked[:-1])} and {blocked[-1]}"
+    return f"A wall blocks you going {words}."
+
+
+GRID_RULES = (
+    "Rows are numbered from 0 at the top and columns from 0 at the left; up lowers the row "
+    "number and left lowers the column number."
+)
+
+
 @dataclass(frozen=True)
 class Grid:
     size: int

@@ -13,7 +13,18 @@ import math
 import random
 
 from tasks.base import Env, Outcome
-from tasks.grid import ACTIONS, Cell, Grid, bfs_distances, cell_words, offset_words
+from tasks.grid import (
+    ACTIONS,
+    GRID_RULES,
+    Cell,
+    Grid,
+    bfs_distances,
+    blocked_sentence,
+    cell_sentence,
+    cell_words,
+    offset_sentence,
+    offset_words,
+)
 
 _MAX_ATTEMPTS = 10_000
 
@@ -63,10 +74,18 @@ class GridNav(Env):
         self.min_length, self.max_length = min_length, max_length
 
     @property
-    def system_prompt(self) -> str:
+    def compact_rules(self) -> str:
         return (
             f"{self.name} . move to the goal . walls block moves . "
             "reply with one word : up down left right ."
+        )
+
+    @property
+    def natural_rules(self) -> str:
+        return (
+            f"You are walking on a {self.size} by {self.size} grid and must reach the goal. "
+            f"{GRID_RULES} Walls block moves: walking into one wastes the turn. "
+            + self.format_rule()
         )
 
     def _generate(self, rng: random.Random) -> None:
@@ -81,12 +100,22 @@ class GridNav(Env):
         goal = offset_words(self.pos, self.goal)
         return f"pos {cell_words(self.pos)} goal {goal} blocked {blocked}"
 
+    def _observe_natural(self) -> str:
+        return (
+            f"You are at {cell_sentence(self.pos)}. "
+            f"The goal is {offset_sentence(self.pos, self.goal)}. "
+            + blocked_sentence(self.grid.blocked(self.pos))
+        )
+
     def _apply(self, action: str) -> Outcome:
         nxt = self.grid.move(self.pos, action)
         if nxt == self.pos:
-            return Outcome("wall . " + self._observe(), mistake=True)
+            bump = "You walked into a wall and did not move. "
+            return Outcome(
+                "wall . " + self._observe(), True, natural=bump + self._observe_natural()
+            )
         self.pos = nxt
-        return Outcome(self._observe(), mistake=False)
+        return Outcome(self._observe(), mistake=False, natural=self._observe_natural())
 
     def _solved(self) -> bool:
         return self.pos == self.goal

@@ -34,11 +34,25 @@ class Guess(Env):
         self.action_words = tuple(str(i) for i in range(1, n + 1))
 
     @property
-    def system_prompt(self) -> str:
+    def compact_rules(self) -> str:
         return (
             f"guess . find the number from 1 to {self.n} . reply with one number . "
             "you hear higher or lower ."
         )
+
+    @property
+    def natural_rules(self) -> str:
+        return (
+            f"I am thinking of a whole number from 1 to {self.n}. Find it. After each guess I "
+            "say whether my number is higher or lower than your guess. " + self.format_rule()
+        )
+
+    @property
+    def answer_hint(self) -> str:
+        return f"one number from 1 to {self.n}"
+
+    def _observe_natural(self) -> str:
+        return f"My number is between {self.lo} and {self.hi}, both included."
 
     def _generate(self, rng: random.Random) -> None:
         self.target = rng.randint(1, self.n)
@@ -54,12 +68,14 @@ class Guess(Env):
         mistake = not self.lo <= guess <= self.hi
         if guess == self.target:
             self._found = True
-            return Outcome("correct", mistake=mistake)
+            return Outcome("correct", mistake=mistake, natural=f"Correct: my number is {guess}.")
         if guess < self.target:
             self.lo = max(self.lo, guess + 1)
-            return Outcome("higher . " + self._observe(), mistake=mistake)
+            said = f"Higher: my number is higher than {guess}. " + self._observe_natural()
+            return Outcome("higher . " + self._observe(), mistake=mistake, natural=said)
         self.hi = min(self.hi, guess - 1)
-        return Outcome("lower . " + self._observe(), mistake=mistake)
+        said = f"Lower: my number is lower than {guess}. " + self._observe_natural()
+        return Outcome("lower . " + self._observe(), mistake=mistake, natural=said)
 
     def _solved(self) -> bool:
         return self._found

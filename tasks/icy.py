@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 
 from tasks.base import Outcome
-from tasks.grid import ACTIONS, Cell, Grid
+from tasks.grid import ACTIONS, GRID_RULES, Cell, Grid
 from tasks.gridnav import GridNav
 
 _TIE = 1e-9  # actions whose expected turns are this close count as equally good
@@ -71,10 +71,19 @@ class Icy(GridNav):
         self.slip = slip
 
     @property
-    def system_prompt(self) -> str:
+    def compact_rules(self) -> str:
         return (
             "icy . move to the goal . moves may slip . walls block moves . "
             "reply with one word : up down left right ."
+        )
+
+    @property
+    def natural_rules(self) -> str:
+        return (
+            f"You are walking on an icy {self.size} by {self.size} grid and must reach the goal. "
+            f"{GRID_RULES} The ice is slippery: sometimes you slide in another direction than "
+            "the one you chose. Walls block moves: walking into one wastes the turn. "
+            + self.format_rule()
         )
 
     def _generate(self, rng: random.Random) -> None:
@@ -89,8 +98,16 @@ class Icy(GridNav):
             action = self._slips.choice([a for a in ACTIONS if a != action])
         nxt = self.grid.move(self.pos, action)
         prefix = ("slipped . " if slipped else "") + ("wall . " if nxt == self.pos else "")
+        said = ("You slipped on the ice. " if slipped else "") + (
+            "You walked into a wall and did not move. " if nxt == self.pos else ""
+        )
         self.pos = nxt
-        return Outcome(prefix + self._observe(), mistake=mistake, extras={"slipped": slipped})
+        return Outcome(
+            prefix + self._observe(),
+            mistake=mistake,
+            extras={"slipped": slipped},
+            natural=said + self._observe_natural(),
+        )
 
     def _quiet_extras(self) -> dict:
         return {"slipped": False}

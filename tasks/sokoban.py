@@ -16,7 +16,18 @@ import random
 from collections import deque
 
 from tasks.base import Env, Outcome
-from tasks.grid import ACTIONS, Cell, Grid, cell_words, offset_words, shift
+from tasks.grid import (
+    ACTIONS,
+    GRID_RULES,
+    Cell,
+    Grid,
+    blocked_sentence,
+    cell_sentence,
+    cell_words,
+    offset_sentence,
+    offset_words,
+    shift,
+)
 
 State = tuple[Cell, Cell]  # (player, box)
 
@@ -72,10 +83,20 @@ class Sokoban(Env):
         self.size, self.min_length, self.max_length = size, min_length, max_length
 
     @property
-    def system_prompt(self) -> str:
+    def compact_rules(self) -> str:
         return (
             "sokoban . push the box onto the target . walls block moves . "
             "reply with one word : up down left right ."
+        )
+
+    @property
+    def natural_rules(self) -> str:
+        return (
+            f"You are in a {self.size} by {self.size} room with a box and a target cell. Push the "
+            "box onto the target: walking into the box pushes it one cell, unless a wall is "
+            f"behind it. You cannot pull the box. {GRID_RULES} Walking into a wall wastes the "
+            "turn, and pushing the box where it can never reach the target ends the game. "
+            + self.format_rule()
         )
 
     def _generate(self, rng: random.Random) -> None:
@@ -108,15 +129,32 @@ class Sokoban(Env):
             f"blocked {' '.join(blocked) or 'none'}"
         )
 
+    def _observe_natural(self) -> str:
+        player, box = self.state
+        blocked = [a for a in ACTIONS if push_move(self.grid, self.state, a) == self.state]
+        return (
+            f"You are at {cell_sentence(player)}. The box is {offset_sentence(player, box)} "
+            f"of you. The target is {offset_sentence(box, self.target)} of the box. "
+            + blocked_sentence(blocked)
+        )
+
     def _apply(self, action: str) -> Outcome:
         nxt = push_move(self.grid, self.state, action)
         if nxt == self.state:
-            return Outcome("wall . " + self._observe(), mistake=True, extras={"deadlock": False})
+            bump = "You walked into a wall and did not move. " + self._observe_natural()
+            return Outcome(
+                "wall . " + self._observe(), True, extras={"deadlock": False}, natural=bump
+            )
         self.state = nxt
         if nxt not in self._dist:
             stuck = "deadlock . " + self._observe()
-            return Outcome(stuck, mistake=True, failed=True, extras={"deadlock": True})
-        return Outcome(self._observe(), mistake=False, extras={"deadlock": False})
+            said = (
+                "The box is stuck where it can never reach the target. " + self._observe_natural()
+            )
+            return Outcome(stuck, True, failed=True, extras={"deadlock": True}, natural=said)
+        return Outcome(
+            self._observe(), False, extras={"deadlock": False}, natural=self._observe_natural()
+        )
 
     def _solved(self) -> bool:
         return self.state[1] == self.target
