@@ -116,14 +116,23 @@ def loss_token_logps(
     """Log-probs [B, L] of the loss tokens (0 elsewhere) and the summed entropy there.
 
     Equal to ``token_logps(full logits) * loss_mask``, but the LM head runs only where a loss is
-    taken: `logits_to_keep` with a boolean mask makes the model return those rows of the logits,
-    flattened to [N, V] in row-major order (the order of `nonzero`). `use_cache=False`: a training
-    forward must not build a KV cache it would keep alive for the backward.
+    taken: the decoder gives the hidden states [B, L, H], and the output layer is applied to the
+    rows `keep` selects, [N, H] -> [N, V], in row-major order (the order of `nonzero`).
+    `use_cache=False`: a training forward must not build a KV cache it would keep alive for the
+    backward.
+
+    Written by hand rather than with transformers' `logits_to_keep`: a boolean [B, L] mask there
+    works in transformers 5.25 but raises an IndexError in 5.17 (found on the GPU machine), while
+    `get_decoder()` and `get_output_embeddings()` are stable API. (A model that scales or caps
+    its logits after the head, Gemma's softcapping, would need that step here too; the Llama and
+    Qwen2 families minirl targets have none.)
     """
     keep = head_positions(loss_mask)
-    logits = model(
-        input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=keep, use_cache=False
-    ).logits
+    causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
+    hidden = causal_lm.get_decoder()(
+        input_ids=input_ids, attention_mask=attention_mask, use_cache=False
+    ).last_hidden_state
+    logits = causal_lm.get_output_embeddings()(hidden[keep])
     rows, cols = keep.nonzero(as_tuple=True)
     targets = input_ids[rows, cols + 1]
     picked, entropy = [], torch.zeros((), device=input_ids.device)

@@ -25,11 +25,31 @@ from transformers import PreTrainedTokenizerBase
 _PLACEHOLDER = "minirlplaceholder"
 
 
-def budget_text(observation: str, turns_left: int | None) -> str:
+def budget_text(observation: str, turns_left: int | None, natural: bool = False) -> str:
     """The user message for one turn: the observation, plus the remaining budget when visible."""
     if turns_left is None:
         return observation
+    if natural:
+        return f"{observation}\nYou have {turns_left} turn{'s' if turns_left != 1 else ''} left."
     return f"{observation}\nturns left: {turns_left}"
+
+
+def word_level(tokenizer: PreTrainedTokenizerBase) -> bool:
+    """True for a word-level tokenizer: the embedded `tiny`'s, never a pretrained chat model's."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    return backend is not None and type(backend.model).__name__ == "WordLevel"
+
+
+def resolve_task_text(choice: str, tokenizer: PreTrainedTokenizerBase) -> str:
+    """`--task_text auto` made concrete: 'compact' for a word-level tokenizer, else 'natural'.
+
+    A word-level tokenizer (the embedded `tiny`'s) knows only the words it was built from, which
+    are the compact text's; any sentence would reach it as unknown words. Every other tokenizer
+    (BPE, SentencePiece: any pretrained chat model's) reads plain sentences.
+    """
+    if choice != "auto":
+        return choice
+    return "compact" if word_level(tokenizer) else "natural"
 
 
 def _render(
@@ -53,13 +73,22 @@ def eos_id(tokenizer: PreTrainedTokenizerBase) -> int:
     return int(tokenizer.eos_token_id)
 
 
-def prompt_ids(tokenizer: PreTrainedTokenizerBase, system: str, observation: str) -> list[int]:
-    """Token ids of the system message and first observation, ending with the generation prompt."""
+def prompt_ids(
+    tokenizer: PreTrainedTokenizerBase, system: str, observation: str, reply_prefix: str = ""
+) -> list[int]:
+    """Token ids of the system message and first observation, ending with the generation prompt.
+
+    `reply_prefix` is written after the generation prompt, as the start of the assistant's reply
+    (the natural text's "Action:"): the model continues it, and it is never trained on.
+    """
     messages = [{"role": "system", "content": system}, {"role": "user", "content": observation}]
-    return _encode(tokenizer, _render(tokenizer, messages, generation_prompt=True))
+    text = _render(tokenizer, messages, generation_prompt=True)
+    return _encode(tokenizer, text + reply_prefix)
 
 
-def turn_suffix_ids(tokenizer: PreTrainedTokenizerBase, observation: str) -> list[int]:
+def turn_suffix_ids(
+    tokenizer: PreTrainedTokenizerBase, observation: str, reply_prefix: str = ""
+) -> list[int]:
     """Template tokens that follow a reply's eos: close it, add a user turn, reopen the assistant.
 
     Rendered as the text after "<placeholder><eos>" in a two-turn conversation, so whatever the
@@ -80,7 +109,7 @@ def turn_suffix_ids(tokenizer: PreTrainedTokenizerBase, observation: str) -> lis
             "the chat template does not end assistant messages with the eos token; "
             "minirl needs a ChatML-style template (e.g. Qwen, SmolLM2, or the tiny model's)"
         )
-    return _encode(tokenizer, text[cut + len(marker) :])
+    return _encode(tokenizer, text[cut + len(marker) :] + reply_prefix)
 
 
 def reply_ids(tokenizer: PreTrainedTokenizerBase, reply: str) -> list[int]:

@@ -116,12 +116,13 @@ class GRPOArgs:
         "minirl.update): it sets the training memory; the step's loss and gradient are those "
         "of one pass over all its episodes.",
     )
-    gradient_checkpointing: bool = HfArg(
-        default=False,
+    gradient_checkpointing: bool | None = HfArg(
+        default=None,
         help="Recompute each decoder layer's activations in the backward instead of keeping "
-        "them: much less training memory for about one extra forward pass per update. Turn it on "
-        "on a GPU with a hub model (e.g. Qwen2.5-0.5B on 6-8 GB); for tiny it hardly matters "
-        "(its step is mostly rollout).",
+        "them: much less training memory for about one extra forward pass per update. Unset: "
+        "off for tiny, where it hardly matters (its step is mostly rollout), on for a pretrained "
+        "chat model, whose natural-text conversations are long (without it, smollm2's default "
+        "step was killed for memory at 22 GB on a 24 GB CPU machine).",
     )
     # Gradients are scaled to this norm: 0 would stop every update and a negative norm reverse it.
     max_grad_norm: Positive = HfArg(default=1.0, help="Gradient clipping norm.")
@@ -201,9 +202,19 @@ class TaskArgs:
         help="'outcome': reward 1 for success, one advantage per episode. 'process': adds "
         "per-turn oracle progress with turn-level credit (minirl.grpo.turn_advantages).",
     )
+    task_text: Literal["auto", "compact", "natural"] = HfArg(
+        default="auto",
+        help="How the task speaks: 'compact' word lists and one-word replies (the tiny model's), "
+        "or 'natural' sentences, a reply that starts 'Action:' and a tolerant parser (a "
+        "pretrained chat model's). 'auto': compact for a word-level tokenizer (tiny), else "
+        "natural. See tasks/base.py.",
+    )
     # A negative penalty would reward invalid replies.
-    invalid_penalty: Annotated[float, Range(ge=0)] = HfArg(
-        default=0.0, help="Subtracted from the episode reward per invalid action (format penalty)."
+    invalid_penalty: Annotated[float | None, Range(ge=0)] = HfArg(
+        default=None,
+        help="Subtracted from the episode reward per invalid reply: the format reward. Unset: "
+        "0 for the compact text, 0.1 for the natural one, where a chat model starts with many "
+        "invalid replies and this is its first signal (minirl.rewards).",
     )
 
 
@@ -297,6 +308,11 @@ class EvalArgs:
     )
     temperature: Positive = HfArg(default=1.0, help="Sampling temperature of the episodes.")
     max_new_tokens: ReplyTokens = HfArg(default=4, help="Token limit of one assistant reply.")
+    task_text: Literal["auto", "compact", "natural"] = HfArg(
+        default="auto",
+        help="The tasks' text: compact (tiny's), natural (a chat model's), or auto, which picks "
+        "by the tokenizer as train.py does. results.json records the one used.",
+    )
     decision_states: Count = HfArg(
         default=200, help="States sampled once from the base policy for single-step quality."
     )

@@ -67,6 +67,7 @@ class Episode:
     reward: float = 0.0  # the environment's reward summed over the turns (rewards.py trains on)
     truncated_replies: int = 0  # replies cut by max_new_tokens before their eos
     start_turn: int = 0  # turns played before this episode's spec started it (its `replies`)
+    task_text: str = "compact"  # the task's text (tasks.TEXTS); replaying the replies needs it
 
     @property
     def turns_used(self) -> int:

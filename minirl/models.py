@@ -36,6 +36,7 @@ from transformers import (
 )
 from transformers.utils import logging as hf_logging
 
+from minirl.chat import word_level
 from minirl.errors import CheckpointError, ModelLoadError
 from minirl.validation import MODEL_CHOICES, check_model
 
@@ -181,7 +182,7 @@ def load_policy(
     adapter: str | Path | None = None,
     device: torch.device | None = None,
     task: str = "gridnav",
-    gradient_checkpointing: bool = False,
+    gradient_checkpointing: bool | None = False,
 ) -> tuple[PeftModel, PreTrainedTokenizerBase]:
     """Base (+4-bit) + LoRA, ready to train. `adapter` loads a saved peft adapter directory.
 
@@ -189,10 +190,13 @@ def load_policy(
     `gradient_checkpointing` keeps only each decoder layer's input for the backward and recomputes
     the rest there: about a third more compute for the training forward, and activations that
     shrink from ~14 vectors per token and layer to 1 (see minirl.tools.gpu_memory). It acts only
-    in train mode, so generation (eval mode) keeps its KV cache.
+    in train mode, so generation (eval mode) keeps its KV cache. None (train.py's default) turns it
+    on for a pretrained chat model and off for the word-level `tiny`.
     """
     path = resolve_model_path(name, task)
     tokenizer = load_tokenizer(path)
+    if gradient_checkpointing is None:  # --gradient_checkpointing unset: on for a chat model
+        gradient_checkpointing = not word_level(tokenizer)
     base = load_base(path, quant, device)
     # Non-reentrant checkpointing: gradients reach the LoRA weights without the reentrant
     # variant's workaround (inputs that require grad), and it composes with no_grad passes.

@@ -4,8 +4,11 @@ The environment itself only says whether the goal was reached (`Step.reward` is 
 turn). Training turns each episode into the numbers GRPO compares within a group:
 
 - the **outcome reward** of episode i, ``R_i = success_i - invalid_penalty * #invalid_i``: one
-  number per episode, the trajectory-level signal of the paper (the penalty is an optional format
-  shaping term; 0 by default);
+  number per episode, the trajectory-level signal of the paper. The penalty is the format reward:
+  0 for the compact text, whose tiny model already answers in format, and FORMAT_PENALTY for the
+  natural text, where a pretrained chat model starts with many invalid replies. Until its replies
+  are valid every episode fails, every group's successes tie, and GRPO's group-relative advantage
+  is zero: the penalty is then the only difference between a group's episodes;
 - the **process rewards** of its turns (``reward_mode=process``), ``r_it = (d_before - d_after) /
   d_start``: each turn's progress toward the goal by the oracle's distance, scaled so an
   oracle-optimal successful episode collects exactly 1. This is the "process supervision" arm;
@@ -19,6 +22,17 @@ from __future__ import annotations
 import math
 
 from minirl.episode import Episode
+
+# Per invalid reply. Small enough that one success outweighs the invalid replies of a whole
+# episode at the default budgets (T <= 9), large enough to rank a group's all-failed episodes.
+FORMAT_PENALTY = 0.1
+
+
+def invalid_penalty_for(invalid_penalty: float | None, task_text: str) -> float:
+    """`--invalid_penalty` made concrete: the value given, else the text's default (above)."""
+    if invalid_penalty is not None:
+        return invalid_penalty
+    return FORMAT_PENALTY if task_text == "natural" else 0.0
 
 
 def outcome_rewards(episodes: list[Episode], invalid_penalty: float) -> list[float]:

@@ -131,6 +131,7 @@ def rollout(
     max_new_tokens: int = 4,
     temperature: float = 1.0,
     budget_visible: bool = True,
+    task_text: str = "compact",
     task_options: dict[str, dict] | None = None,
     reuse_cache: bool = True,
     max_turns: int | None = None,
@@ -141,6 +142,8 @@ def rollout(
     whole history every turn (O(T^2)), the simple reference the cached path is tested against.
     A spec with `replies` starts from that point of its episode (see EpisodeSpec); `max_turns`
     stops every episode after that many new turns (1 asks for a single decision per state).
+    `task_text` is the tasks' text, 'compact' or 'natural' (tasks/base.py; chat.resolve_task_text
+    picks it for a tokenizer).
     """
     for spec in specs:
         if spec.budget - len(spec.replies) < 1:
@@ -158,7 +161,7 @@ def rollout(
 
     envs, episodes = [], []
     for spec in specs:
-        env = tasks.make(spec.task, **task_options.get(spec.task, {}))
+        env = tasks.make(spec.task, text=task_text, **task_options.get(spec.task, {}))
         obs = env.reset(spec.seed)
         for reply in spec.replies:  # the tasks are deterministic given the seed and the replies
             env.step(reply)
@@ -170,12 +173,22 @@ def rollout(
             budget_visible,
             env.optimal_length,
             start_turn=len(spec.replies),
+            task_text=task_text,
         )
         if spec.prompt_ids:
             episode.extend(list(spec.prompt_ids), 0, -1)
         else:
             shown = spec.budget if budget_visible else None
-            episode.extend(prompt_ids(tokenizer, env.system_prompt, budget_text(obs, shown)), 0, -1)
+            episode.extend(
+                prompt_ids(
+                    tokenizer,
+                    env.system_prompt,
+                    budget_text(obs, shown, env.natural),
+                    env.reply_prefix,
+                ),
+                0,
+                -1,
+            )
         envs.append(env)
         episodes.append(episode)
 
@@ -223,7 +236,7 @@ def rollout(
                 # The added eos was not sampled, so it is not trained on.
                 episode.truncated_replies += 1
                 episode.extend([eos], 0, -1)
-            text = tokenizer.decode(reply, skip_special_tokens=True)
+            text = env.reply_prefix + tokenizer.decode(reply, skip_special_tokens=True)
             before = env.distance()
             step = env.step(text)
             info = step.info
@@ -245,7 +258,13 @@ def rollout(
             if step.done or turns_left == 0 or len(episode.turns) == max_turns:
                 continue
             shown = turns_left if budget_visible else None
-            episode.extend(turn_suffix_ids(tokenizer, budget_text(step.observation, shown)), 0, -1)
+            episode.extend(
+                turn_suffix_ids(
+                    tokenizer, budget_text(step.observation, shown, env.natural), env.reply_prefix
+                ),
+                0,
+                -1,
+            )
             still_active.append(i)
             keep_rows.append(row)
             chunks.append(episode.input_ids[fed:])

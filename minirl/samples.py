@@ -39,6 +39,7 @@ def episode_record(episode: Episode) -> dict:
         "budget": episode.budget,
         "optimal_length": episode.optimal_length,
         "success": episode.success,
+        "task_text": episode.task_text,  # the replay parses the replies as the rollout did
         "turns": [dataclasses.asdict(turn) for turn in episode.turns],
     }
 

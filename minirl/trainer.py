@@ -6,9 +6,9 @@ One step of multi-turn GRPO, each part in its own module:
    (minirl.budgets: `fixed` or `budgetmix`);
 2. play G = `num_generations` episodes of each instance at its T, all in one batched rollout
    (minirl.rollout);
-3. score them: R_i = success - invalid_penalty * #invalid (outcome), plus per-turn oracle
-   progress in `process` mode (minirl.rewards); turn the scores into group-normalised advantages
-   on every assistant token (minirl.grpo);
+3. score them: R_i = success - invalid_penalty * #invalid (outcome; the penalty is the format
+   reward), plus per-turn oracle progress in `process` mode (minirl.rewards); turn the scores
+   into group-normalised advantages on every assistant token (minirl.grpo);
 4. recompute the log-probs of the sampled tokens with gradients (minirl.batch) and minimise the
    clipped surrogate (minirl.grpo) for `num_iterations` epochs, one optimizer step each, its
    gradient accumulated micro-batch by micro-batch (minirl.update), so memory is bounded by
@@ -38,6 +38,7 @@ from transformers import PreTrainedTokenizerBase
 from minirl import grpo
 from minirl.batch import bucketed_logps, to_batch
 from minirl.budgets import draw_groups
+from minirl.chat import resolve_task_text
 from minirl.checkpoint import (
     TrainerState,
     TrainResult,
@@ -54,7 +55,7 @@ from minirl.episode import EpisodeSpec, episode_stats
 from minirl.models import load_policy, reference_policy, trainable_parameters
 from minirl.outputs import evaluate_policy, finish_run
 from minirl.progress import progress_bar
-from minirl.rewards import outcome_rewards, progress_rewards
+from minirl.rewards import invalid_penalty_for, outcome_rewards, progress_rewards
 from minirl.rollout import rollout
 from minirl.trackers import tracking
 from minirl.update import accumulate_gradients
@@ -97,6 +98,8 @@ def train(cfg: Config, progress: bool = True) -> TrainResult:
             shutil.rmtree(old)
         (out / "episodes.json").unlink(missing_ok=True)  # an overwritten run's sample episodes
         summary = {"config": cfg.to_dict()}
+    # The text the tasks were played in: --task_text auto resolves by the tokenizer.
+    summary["task_text"] = resolve_task_text(cfg.task.task_text, tokenizer)
 
     history: list[dict] = []
     # Besides metrics.jsonl: the trackers of --report_to, closed (so flushed) even if the run dies.
@@ -154,6 +157,7 @@ def train_step(
 ) -> dict:
     """One GRPO step; returns its metrics."""
     g, b, t = cfg.grpo, cfg.budget, cfg.task
+    text = resolve_task_text(t.task_text, tokenizer)  # compact for tiny, natural for a chat model
     start = time.perf_counter()
     # 1. This step's groups: G episodes of each drawn instance, all at the instance's budget T.
     specs = [
@@ -169,6 +173,7 @@ def train_step(
         max_new_tokens=t.max_new_tokens,
         temperature=g.temperature,
         budget_visible=b.budget_visible,
+        task_text=text,
         reuse_cache=g.reuse_kv_cache,
     )
     rollout_seconds = time.perf_counter() - start
@@ -176,7 +181,7 @@ def train_step(
     # 3. Rewards, then advantages on every assistant token (0 on observations and padding).
     device = next(model.parameters()).device
     batch = to_batch(episodes, tokenizer.pad_token_id, device)
-    rewards = outcome_rewards(episodes, t.invalid_penalty)
+    rewards = outcome_rewards(episodes, invalid_penalty_for(t.invalid_penalty, text))
     process = t.reward_mode == "process"
     advantages, zero_std = grpo.token_advantages(
         rewards,

@@ -45,6 +45,7 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.models import unwrap_model_for_generation
 
 from minirl.budgets import draw_groups
+from minirl.chat import resolve_task_text
 from minirl.checkpoint import (
     TrainResult,
     check_not_diverged,
@@ -57,7 +58,7 @@ from minirl.episode import Episode, EpisodeSpec
 from minirl.errors import ConfigError
 from minirl.models import load_policy
 from minirl.outputs import evaluate_policy, finish_run
-from minirl.rewards import outcome_rewards
+from minirl.rewards import invalid_penalty_for, outcome_rewards
 from minirl.rollout import rollout
 from minirl.trackers import PROJECT, Trackers, environment, tracking
 
@@ -163,6 +164,7 @@ def make_rollout_func(
     cfg: Config, tokenizer: PreTrainedTokenizerBase
 ) -> Callable[[list[dict], GRPOTrainer], dict[str, list]]:
     """The `rollout_func` for GRPOTrainer: one minirl episode per prompt row it is given."""
+    text = resolve_task_text(cfg.task.task_text, tokenizer)
 
     def rollout_func(prompts: list[dict], trainer: GRPOTrainer) -> dict[str, list]:
         specs = [EpisodeSpec(p["task"], p["seed"], p["budget"]) for p in prompts]
@@ -180,9 +182,10 @@ def make_rollout_func(
                 max_new_tokens=cfg.task.max_new_tokens,
                 temperature=cfg.grpo.temperature,
                 budget_visible=cfg.budget.budget_visible,
+                task_text=text,
                 reuse_cache=cfg.grpo.reuse_kv_cache,
             )
-        output = to_trl(episodes, cfg.task.invalid_penalty)
+        output = to_trl(episodes, invalid_penalty_for(cfg.task.invalid_penalty, text))
         check_rollout_output(output, len(prompts))
         return output
 
@@ -258,7 +261,9 @@ def grpo_config(
         lr_scheduler_type="constant",
         weight_decay=0.0,
         optim="adamw_torch",
-        gradient_checkpointing=g.gradient_checkpointing,
+        # Unset (None) leaves it to load_policy, which turns it on for a chat model before TRL
+        # sees the model; True asks TRL too, which is the same switch.
+        gradient_checkpointing=bool(g.gradient_checkpointing),
         gradient_checkpointing_kwargs={"use_reentrant": False},
         bf16=cuda and torch.cuda.is_bf16_supported(),
         fp16=False,
@@ -363,7 +368,11 @@ def train_trl(cfg: Config, progress: bool = True) -> TrainResult:
         gradient_checkpointing=cfg.grpo.gradient_checkpointing,
     )
     metrics_path, summary_path = out / "metrics.jsonl", out / "summary.json"
-    summary: dict = {"config": cfg.to_dict(), "backend": "trl"}
+    summary: dict = {
+        "config": cfg.to_dict(),
+        "backend": "trl",
+        "task_text": resolve_task_text(cfg.task.task_text, tokenizer),
+    }
     if state.is_main_process:
         if resume_from is not None:
             # Lines logged after the checkpoint will be logged again; the base evaluation of the

@@ -72,7 +72,7 @@ def marks(info: dict) -> list[str]:
 
 def replay(task: str, record: dict) -> list[Frame]:
     """Play a recorded episode's replies through a fresh env; one Frame per turn, plus the start."""
-    env = tasks.make(task)
+    env = tasks.make(task, text=record.get("task_text", "compact"))  # older files: compact
     frames = [Frame(0, None, env.reset(record["seed"]), env.picture())]
     for i, turn in enumerate(record["turns"], start=1):
         step = env.step(turn["reply"])

@@ -43,8 +43,7 @@ def parse_action(text: str, action_words: tuple[str, ...]) -> str | None:
 
 # Words are letters and digits; a leading "-" stays on its number so "-1" is not read as "1".
 _WORD = re.compile(r"-?[a-z0-9]+")
-# The format the natural rules ask for: the last "Action: X" line (or an <action>X</action> tag)
-# decides, so a model may think aloud before it and mention other actions there.
+# The format the natural rules ask for: "Action: X" (the rest of its line) or <action>X</action>.
 _MARKED = re.compile(r"<action>(.*?)</action>|\baction\s*[:=-]\s*([^\n]*)", re.DOTALL)
 
 
@@ -60,19 +59,18 @@ def _mentions(words: list[str], phrase: list[str]) -> bool:
 def parse_reply(text: str, action_words: tuple[str, ...]) -> str | None:
     """The one action a chat model's reply names, or None (never raises).
 
-    Where the reply has an `Action:` line or an `<action>` tag, only the last one is read;
-    otherwise the whole reply is. The reply is valid when exactly one action is named there (an
-    action may be several words, "open drawer 2"; one named inside another, "drawer 2" inside
-    "open drawer 2", counts once). No action, or two different ones ("up, no, left"), is invalid:
-    guessing which one the model meant would reward replies the rules do not allow.
+    Where the reply has `Action:` lines or `<action>` tags, only those are read (a model may think
+    aloud before them); otherwise the whole reply is. The reply is valid when exactly one action
+    is named there (an action may be several words, "open drawer 2"; one named inside another,
+    "drawer 2" inside "open drawer 2", counts once). No action, or two different ones ("up, no,
+    left"), is invalid: guessing which one the model meant would reward replies the rules forbid.
     """
     if not isinstance(text, str):
         return None
-    marked = _MARKED.findall(text.lower())
-    region = next((a or b for a, b in reversed(marked) if (a or b).strip()), text)
-    words = _words(region)
+    marked = [a or b for a, b in _MARKED.findall(text.lower())]
+    words = [_words(region) for region in marked] if marked else [_words(text)]
     phrases = {action: _words(action) for action in action_words}
-    named = {a for a, p in phrases.items() if p and _mentions(words, p)}
+    named = {a for a, p in phrases.items() if p and any(_mentions(w, p) for w in words)}
     # Drop an action that is only part of a longer named one ("drawer 2" in "open drawer 2").
     named = {
         a for a in named if not any(b != a and _mentions(phrases[b], phrases[a]) for b in named)
@@ -199,9 +197,27 @@ class Env:
         """What a valid reply names, for the natural text ("one of: up, down, left or right")."""
         return f"one of: {spoken_list(self.action_words)}"
 
+    @property
+    def reply_prefix(self) -> str:
+        """Written for the model at the start of each reply; it writes the rest (chat.prompt_ids).
+
+        The natural text starts every reply with "Action:", so a chat model's next words are the
+        action rather than the preamble a 135M model otherwise writes ("To solve this problem,
+        you need to ..."): on gridnav's held-out seeds that took smollm2's invalid replies from
+        84% of turns to the figure in the README. The compact text starts none.
+        """
+        return "Action:" if self.natural else ""
+
     def format_rule(self) -> str:
-        """The natural rules' last sentence: the answer format that parse_reply reads."""
-        return f"Each turn, reply with exactly {self.answer_hint}."
+        """The natural rules' last sentence: the answer format that parse_reply reads.
+
+        Measured with smollm2 on gridnav's held-out seeds (T=4, 40 episodes, 4 reply tokens):
+        without the one-word example, most replies listed the options ("Action: up, down"), which
+        names two actions and is invalid; with it, most replies name one.
+        """
+        example = self.action_words[len(self.action_words) // 2]
+        only = "nothing else" if any(" " in a for a in self.action_words) else "one word only"
+        return f"Each turn, reply with {self.answer_hint}, {only}, for example: Action: {example}"
 
     def observe(self) -> str:
         """The current state, in this env's text."""

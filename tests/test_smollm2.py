@@ -18,7 +18,7 @@ import torch
 import tasks
 from minirl import grpo, trainer
 from minirl.batch import sequence_logps, to_batch
-from minirl.chat import budget_text
+from minirl.chat import budget_text, resolve_task_text
 from minirl.config import BudgetArgs, Config, GRPOArgs, ModelArgs, TaskArgs
 from minirl.models import load_policy, trainable_parameters
 from minirl.rewards import outcome_rewards
@@ -78,33 +78,46 @@ def test_the_conversion_is_a_normal_checkpoint(step: dict) -> None:
     linears = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
     assert len(linears) == 30 * 7  # every projection of every block is NF4
     assert ensure_smollm2().converted is False  # the second use finds the cache
+    assert resolve_task_text("auto", tok) == "natural"  # a BPE chat tokenizer reads sentences
+    # train.py's unset --gradient_checkpointing turns it on for a chat model (off for tiny).
+    checkpointed, _ = load_policy("smollm2", gradient_checkpointing=None)
+    assert checkpointed.get_base_model().is_gradient_checkpointing
 
 
 def test_masks_select_exactly_the_assistant_text(step: dict) -> None:
+    """Under the natural text (a chat model's default), whose replies start with a written
+    "Action:" that the model continues: the prefix is part of the assistant message the template
+    renders, but only what the model sampled after it is trained on."""
     tok, episodes = step["tok"], step["episodes"]
     assert len(episodes) == 2 and all(e.turns_used == 2 for e in episodes)
     for ep in episodes:
+        assert ep.task_text == "natural"  # --task_text auto, for a BPE tokenizer
         # The whole conversation decodes to exactly what the model's own chat template renders.
-        env = tasks.make(ep.task)
+        env = tasks.make(ep.task, text=ep.task_text)
         obs = env.reset(ep.seed)
+        assert env.reply_prefix == "Action:" and obs.startswith("You are at row ")
         messages = [{"role": "system", "content": env.system_prompt}]
         for k, turn in enumerate(ep.turns):
-            messages.append({"role": "user", "content": budget_text(obs, ep.budget - k)})
+            assert turn.reply.startswith(env.reply_prefix)
+            shown = budget_text(obs, ep.budget - k, natural=True)
+            messages.append({"role": "user", "content": shown})
             messages.append({"role": "assistant", "content": turn.reply})
             obs = env.step(turn.reply).observation
         rendered = tok.apply_chat_template(messages, tokenize=False)
         text = tok.decode(ep.input_ids)
         assert text.endswith("<|im_end|>") and rendered.startswith(text)
         assert rendered[len(text) :] == "\n"
-        # Each turn's masked tokens are that reply, plus its eos when the model sampled one.
+        # Each turn's masked tokens are the sampled rest of that reply (not the written prefix),
+        # plus its eos when the model sampled one.
         for k, turn in enumerate(ep.turns):
             ids = [i for i, t in zip(ep.input_ids, ep.turn_index, strict=True) if t == k]
+            sampled = turn.reply.removeprefix(env.reply_prefix)
             assert 0 < len(ids) <= 5
-            assert tok.decode(ids, skip_special_tokens=True) == turn.reply
-            assert tok.decode(ids).removesuffix("<|im_end|>") == turn.reply
+            assert tok.decode(ids, skip_special_tokens=True) == sampled
+            assert tok.decode(ids).removesuffix("<|im_end|>") == sampled
         # Nothing else is trained: the unmasked tokens decode to the template and observations.
         unmasked = tok.decode([i for i, m in zip(ep.input_ids, ep.loss_mask, strict=True) if not m])
-        assert unmasked.count("<|im_start|>assistant\n") == 2
+        assert unmasked.count("<|im_start|>assistant\nAction:") == 2
         logps = [lp for lp, m in zip(ep.logprobs, ep.loss_mask, strict=True) if m]
         assert all(lp <= 0 for lp in logps) and any(lp < 0 for lp in logps)
 

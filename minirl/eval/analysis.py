@@ -62,9 +62,9 @@ def sample_states(episodes: list[Episode], count: int, seed: int = 0) -> list[Ep
     return states
 
 
-def replay(state: EpisodeSpec) -> tasks.Env:
+def replay(state: EpisodeSpec, task_text: str = "compact") -> tasks.Env:
     """The environment in the state's position (the tasks are deterministic given the seed)."""
-    env = tasks.make(state.task)
+    env = tasks.make(state.task, text=task_text)
     env.reset(state.seed)
     for reply in state.replies:
         env.step(reply)
@@ -79,6 +79,7 @@ def decision_quality(
     samples: int = 4,
     max_new_tokens: int = 4,
     temperature: float = 1.0,
+    task_text: str = "compact",
     seed: int = 0,
     batch_size: int = 512,
 ) -> DecisionQuality:
@@ -97,6 +98,7 @@ def decision_quality(
                 queries[start : start + batch_size],
                 max_new_tokens=max_new_tokens,
                 temperature=temperature,
+                task_text=task_text,
                 max_turns=1,
             )
             optimal += [e.turns[0].optimal for e in played]

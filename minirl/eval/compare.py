@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 import tasks
+from minirl.chat import resolve_task_text
 from minirl.checkpoint import CHECKPOINT_NAME, read_adapter
 from minirl.checkpoint import checkpoints as run_checkpoints
 from minirl.config import EvalArgs, validate_eval
@@ -164,7 +165,7 @@ def compare(args: EvalArgs, progress: bool = True, samples: Path | None = None) 
     }
     seeds = list(tasks.EVAL_SEEDS[: args.instances])
     t_max = max(ts)
-    rollout_kwargs = dict(
+    rollout_kwargs: dict = dict(
         budget_visible=args.budget_visible,
         max_new_tokens=args.max_new_tokens,
         temperature=args.temperature,
@@ -195,6 +196,8 @@ def compare(args: EvalArgs, progress: bool = True, samples: Path | None = None) 
         # The fixed states of the single-step analysis: one base episode per instance at T_max,
         # from a seed of their own, whatever checkpoints are compared.
         base_model, tokenizer = load_policy(args.model, args.quant, task=args.task)
+        rollout_kwargs["task_text"] = resolve_task_text(args.task_text, tokenizer)
+        results.meta.task_text = rollout_kwargs["task_text"]
         state_episodes = sweep(
             base_model,
             tokenizer,
@@ -250,6 +253,7 @@ def compare(args: EvalArgs, progress: bool = True, samples: Path | None = None) 
                 samples=args.decision_samples,
                 max_new_tokens=args.max_new_tokens,
                 temperature=args.temperature,
+                task_text=results.meta.task_text,
                 seed=args.seed,
                 batch_size=args.batch_size,
             )

@@ -109,6 +109,7 @@ class EvalMeta:
     minirl_version: str
     device: str
     decision_states: list[dict] = field(default_factory=list)  # {seed, turn, replies}
+    task_text: str = "compact"  # the tasks' text (tasks.TEXTS); files older than it were compact
 
 
 @dataclass

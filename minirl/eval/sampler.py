@@ -29,6 +29,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 import tasks
+from minirl.chat import resolve_task_text
 from minirl.config import Config
 from minirl.episode import Episode, EpisodeSpec, turn_rates
 from minirl.rollout import rollout
@@ -86,6 +87,7 @@ def sweep(
     n: int,
     *,
     budget_visible: bool,
+    task_text: str = "compact",
     seed: int = 0,
     max_new_tokens: int = 4,
     temperature: float = 1.0,
@@ -118,6 +120,7 @@ def sweep(
                     max_new_tokens=max_new_tokens,
                     temperature=temperature,
                     budget_visible=budget_visible,
+                    task_text=task_text,
                 )
                 done += len(specs[start : start + batch_size])
                 if on_batch is not None:
@@ -186,6 +189,7 @@ def held_out_episodes(
     max_new_tokens: int,
     temperature: float,
     budget_visible: bool,
+    task_text: str = "compact",
     seed: int = 1234,
     batch_size: int = 256,
 ) -> dict[int, list[Episode]]:
@@ -198,6 +202,7 @@ def held_out_episodes(
         list(tasks.EVAL_SEEDS[:instances]),
         1,
         budget_visible=budget_visible,
+        task_text=task_text,
         seed=seed,
         max_new_tokens=max_new_tokens,
         temperature=temperature,
@@ -215,6 +220,7 @@ def held_out_success(
     max_new_tokens: int,
     temperature: float,
     budget_visible: bool,
+    task_text: str = "compact",
     seed: int = 1234,
     batch_size: int = 256,
 ) -> dict[int, BudgetResult]:
@@ -228,6 +234,7 @@ def held_out_success(
         max_new_tokens=max_new_tokens,
         temperature=temperature,
         budget_visible=budget_visible,
+        task_text=task_text,
         seed=seed,
         batch_size=batch_size,
     )
@@ -255,6 +262,7 @@ def run_evaluation(
         max_new_tokens=cfg.task.max_new_tokens,
         temperature=cfg.grpo.temperature,
         budget_visible=cfg.budget.budget_visible,
+        task_text=resolve_task_text(cfg.task.task_text, tokenizer),
     )
     results = {str(t): dataclasses.asdict(summarize(t, e)) for t, e in played.items()}
     return results, played

@@ -40,6 +40,7 @@ from pathlib import Path
 import torch
 
 import tasks
+from minirl.chat import resolve_task_text
 from minirl.checkpoint import check_writable
 from minirl.cli import ArgParser, run_cli
 from minirl.config import MAX_TURNS, TURNS, BenchArgs, memory_episodes, validate_bench
@@ -75,7 +76,12 @@ def timed_rollout(model, tokenizer, specs, args: BenchArgs, reuse_cache: bool, s
     start = time.perf_counter()
     try:
         episodes = rollout(
-            model, tokenizer, specs, max_new_tokens=args.max_new_tokens, reuse_cache=reuse_cache
+            model,
+            tokenizer,
+            specs,
+            max_new_tokens=args.max_new_tokens,
+            task_text=resolve_task_text("auto", tokenizer),
+            reuse_cache=reuse_cache,
         )
     finally:
         sync()
@@ -180,7 +186,8 @@ def bench_training_forward(model, tokenizer, args: BenchArgs) -> dict:
         for _ in range(args.num_generations)
     ]
     torch.manual_seed(args.seed)
-    episodes = rollout(model, tokenizer, specs, max_new_tokens=args.max_new_tokens)
+    text = resolve_task_text("auto", tokenizer)
+    episodes = rollout(model, tokenizer, specs, max_new_tokens=args.max_new_tokens, task_text=text)
     device = next(model.parameters()).device
     batch = to_batch(episodes, tokenizer.pad_token_id, device)
     noise = torch.randn(len(episodes), device=device)  # stand-in advantages: any values serve

@@ -1,0 +1,216 @@
+"""The two texts of every task (tasks/base.py): the tolerant reply parser, and a natural rendering
+that states every fact the compact one does.
+
+The parser is checked on a table of replies that smollm2 (SmolLM2-135M-Instruct) really wrote on
+these tasks, and fuzzed; the renderings are checked field by field along random episodes, played in
+lockstep by a compact and a natural copy of the same instance.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import string
+
+import pytest
+
+import tasks
+from minirl.chat import budget_text, resolve_task_text
+from minirl.rewards import FORMAT_PENALTY, invalid_penalty_for
+from tasks.base import parse_reply
+
+MOVES = ("up", "down", "left", "right")
+NUMBERS = tuple(str(i) for i in range(1, 16))
+COMMANDS = ("go kitchen", "open drawer 1", "open drawer 2", "open drawer 12", "take key")
+
+# (reply, actions, expected): the first rows are replies smollm2 wrote before any training.
+REAL_REPLIES = [
+    ("moving right 1 right down 2 on board. compass", MOVES, None),  # two different moves
+    ("(up, right )up down left right", MOVES, None),
+    ("behind the 2? great idea.", MOVES, None),  # no move at all
+    ("Action: up, down", MOVES, None),  # the options listed back
+    ("Action: To solve this problem, you need to", MOVES, None),
+    ("Action: up", MOVES, "up"),
+    ("Action: Up 1", MOVES, "up"),
+    ("Action: left,", MOVES, "left"),
+    ("Action: Right\n\nResult", MOVES, "right"),
+    ("Action: turn right with flip", MOVES, "right"),
+    ("Action: you are at", MOVES, None),
+    ("That's a good start! I think this could be even", NUMBERS, None),
+    ("range 1 15 that is indeed upper, but", NUMBERS, None),  # names 1 and 15
+    # Written for the rules: the marked line decides, what comes before it is thinking.
+    ("The goal is up, but a wall blocks up.\nAction: left", MOVES, "left"),
+    ("<action>down</action>", MOVES, "down"),
+    ("Action: up\nAction: down", MOVES, None),  # two marked answers that disagree
+    ("down", MOVES, "down"),
+    ("Down.", MOVES, "down"),
+    ("upward", MOVES, None),  # a word that contains a move is not the move
+    ("", MOVES, None),
+    ("Action:", MOVES, None),
+    ("I guess 7", NUMBERS, "7"),
+    ("Action: 8", NUMBERS, "8"),
+    ("Action: -1", NUMBERS, None),  # "-1" is not "1"
+    ("Action: 16", NUMBERS, None),
+    ("8.5", NUMBERS, None),  # 8 and 5
+    ("Action: open drawer 2", COMMANDS, "open drawer 2"),
+    ("Action: open drawer 12", COMMANDS, "open drawer 12"),  # not "open drawer 1"
+    ("go kitchen, then take key", COMMANDS, None),
+    ("Action: open the drawer", COMMANDS, None),
+]
+
+
+@pytest.mark.parametrize(("reply", "actions", "expected"), REAL_REPLIES)
+def test_the_parser_on_real_replies(reply: str, actions: tuple[str, ...], expected: str) -> None:
+    assert parse_reply(reply, actions) == expected
+
+
+def test_the_parser_never_raises_and_answers_an_action_or_none() -> None:
+    rng = random.Random(0)
+    pieces = [*MOVES, *NUMBERS, "Action:", "action =", "<action>", "</action>", "\n", " ", "-"]
+    alphabet = string.printable + "éß→\u200b\x00"
+    for _ in range(3000):
+        text = "".join(
+            rng.choice(pieces) if rng.random() < 0.4 else rng.choice(alphabet)
+            for _ in range(rng.randint(0, 40))
+        )
+        for actions in (MOVES, NUMBERS, COMMANDS):
+            assert parse_reply(text, actions) in (None, *actions)
+    for junk in (None, 3, b"up", ["up"]):
+        assert parse_reply(junk, MOVES) is None  # type: ignore[arg-type]
+
+
+def test_the_compact_text_keeps_its_strict_parser() -> None:
+    """The tiny model's text is unchanged: a reply must be exactly one action word."""
+    compact, natural = tasks.make("gridnav"), tasks.make("gridnav", text="natural")
+    compact.reset(5), natural.reset(5)
+    assert compact.parse("Action: up") is None and natural.parse("Action: up") == "up"
+    assert compact.parse(" Up. ") == natural.parse(" Up. ") == "up"
+    assert compact.reply_prefix == "" and natural.reply_prefix == "Action:"
+    assert compact.system_prompt == compact.compact_rules
+    assert "up, down, left or right" in natural.system_prompt
+
+
+def test_an_invalid_natural_reply_costs_the_turn_and_changes_nothing() -> None:
+    env = tasks.make("gridnav", text="natural")
+    first = env.reset(11)
+    step = env.step("Action: up, down")
+    assert not step.info["valid"] and step.reward == 0.0 and not step.done
+    assert step.observation.startswith("Your reply did not name exactly one action")
+    assert step.observation.endswith(first)  # the state is the one before the reply
+
+
+# ---- the natural rendering states every compact fact -----------------------------------------
+
+_DIRS = "|".join(MOVES)
+
+
+def _offsets(words: str) -> list[str]:
+    """Compact "up 1 right 2" -> the natural phrases "1 step up", "2 steps right"."""
+    if words.strip() == "here":
+        return ["right here"]
+    pairs = re.findall(rf"({_DIRS}) (\d+)", words)
+    return [f"{n} step{'s' if int(n) > 1 else ''} {d}" for d, n in pairs]
+
+
+def _blocked(words: str) -> list[str]:
+    return ["Nothing blocks you"] if words.strip() == "none" else words.split()
+
+
+def expected_phrases(task: str, compact: str) -> list[str]:
+    """Every fact of a compact observation, as the phrase the natural text must contain."""
+    phrases = []
+    events = {
+        "invalid action": "did not name exactly one action",
+        "wall": "walked into a wall",
+        "slipped": "slipped",
+        "deadlock": "stuck",
+        "higher": "higher than",
+        "lower": "lower than",
+        "correct": "Correct",
+    }
+    body, found = compact, True
+    while found:  # icy can say two: "slipped . wall . pos ..."
+        found = False
+        for word, phrase in events.items():
+            if body.startswith(word + " . ") or body.startswith(word + "\n") or body == word:
+                phrases.append(phrase)
+                body, found = body.removeprefix(word).removeprefix(" . "), True
+    body, _, left = body.partition("\nturns left: ")
+    if left:
+        phrases.append(f"You have {left} turn")
+    if task in ("gridnav", "icy"):
+        m = re.fullmatch(r"pos (\d) (\d) goal (.+) blocked (.+)", body)
+        assert m, body
+        phrases += [f"row {m[1]}, column {m[2]}", *_offsets(m[3]), *_blocked(m[4])]
+    elif task == "sokoban":
+        m = re.fullmatch(r"pos (\d) (\d) box (.+) target (.+) blocked (.+)", body)
+        assert m, body
+        phrases += [f"row {m[1]}, column {m[2]}", *_offsets(m[3]), *_offsets(m[4])]
+        phrases += _blocked(m[5])
+    elif task == "guess" and body:
+        m = re.fullmatch(r"range (\d+) (\d+)", body)
+        assert m, body
+        phrases.append(f"between {m[1]} and {m[2]}")
+    return phrases
+
+
+@pytest.mark.parametrize("task", ["gridnav", "icy", "sokoban", "guess"])
+def test_the_natural_text_names_every_compact_fact(task: str) -> None:
+    rng = random.Random(task)
+    checked = 0
+    for seed in range(40):
+        compact, natural = tasks.make(task), tasks.make(task, text="natural")
+        pairs = [(compact.reset(seed), natural.reset(seed))]
+        for turn in range(8):
+            # A valid action, or now and then an invalid reply (both texts reject theirs).
+            if rng.random() < 0.15:
+                replies = ("xyzzy", "Action: xyzzy")
+            else:
+                action = rng.choice(compact.action_words)
+                replies = (action, f"Action: {action}")
+            a, b = compact.step(replies[0]), natural.step(replies[1])
+            assert a.info == b.info  # one state, one oracle: only the words differ
+            left = 7 - turn
+            pairs.append((budget_text(a.observation, left), budget_text(b.observation, left, True)))
+            if a.done:
+                break
+        for short, long in pairs:
+            for phrase in expected_phrases(task, short):
+                assert phrase in long, f"{task} seed {seed}: {phrase!r} missing from {long!r}"
+                checked += 1
+    assert checked > 500
+
+
+@pytest.mark.parametrize("task", ["gridnav", "icy", "sokoban", "guess"])
+def test_the_natural_rules_state_the_answer_format(task: str) -> None:
+    env = tasks.make(task, text="natural")
+    rules = env.system_prompt
+    assert "Action:" in rules and rules.endswith(env.format_rule())
+    example = rules.rsplit("Action: ", 1)[1]
+    assert env.parse(f"Action: {example}") == example  # the example is itself a valid reply
+
+
+def test_the_text_follows_the_tokenizer(quick_policy) -> None:
+    """tiny's word-level tokenizer gets the compact text (test_smollm2 checks a BPE one)."""
+    _, tok = quick_policy
+    assert resolve_task_text("auto", tok) == "compact"
+    assert resolve_task_text("natural", tok) == "natural"  # a choice given is kept
+
+
+def test_the_format_reward_is_on_for_the_natural_text_only() -> None:
+    assert invalid_penalty_for(None, "compact") == 0.0
+    assert invalid_penalty_for(None, "natural") == FORMAT_PENALTY > 0
+    assert invalid_penalty_for(0.0, "natural") == 0.0  # a value given is kept
+    with pytest.raises(ValueError, match="unknown task text"):
+        tasks.make("gridnav", text="fancy")
+
+
+def test_gradient_checkpointing_unset_is_off_for_tiny(quick_tiny_path: str) -> None:
+    """train.py leaves --gradient_checkpointing unset: tiny trains without it (test_smollm2 checks
+    that a chat model gets it)."""
+    from minirl.models import load_policy
+
+    model, _ = load_policy(quick_tiny_path, gradient_checkpointing=None)
+    assert not model.get_base_model().is_gradient_checkpointing
+    model, _ = load_policy(quick_tiny_path, gradient_checkpointing=True)
+    assert model.get_base_model().is_gradient_checkpointing
