@@ -28,6 +28,7 @@ import random
 from tasks.base import Env, Outcome
 from tasks.guess import cost
 
+
 def _minimax_guesses(lo: int, hi: int) -> set[str]:
     """The guesses that keep the worst case over [lo, hi] at its minimum, cost(m) - 1 after."""
     need = cost(hi - lo + 1) - 1
@@ -126,5 +127,5 @@ class Hilo(Env):
         return {"start", "higher", "lower", "correct", "."}
 
     def ceiling(self, budget: int) -> float:
-        """The best success any strategy can reach within `budget` guesses: (2^T - 1) / n, capped."""
+        """The best success any strategy can reach in `budget` guesses: min(1, (2^T - 1) / n)."""
         return min(1.0, (2**budget - 1) / self.n)

@@ -124,9 +124,7 @@ def q_values(room: str, belief: Belief) -> dict[Move, float]:
     q = {}
     for move in moves(belief):
         turns, branches = move_outcomes(belief, room, move)
-        q[move] = turns + sum(
-            p * (finish(r) if b is None else value(r, b)) for p, r, b in branches
-        )
+        q[move] = turns + sum(p * (finish(r) if b is None else value(r, b)) for p, r, b in branches)
     return q
 
 
@@ -142,7 +140,7 @@ class House(Env):
 
     def __init__(self, drawers: int = 4) -> None:
         super().__init__()
-        # 3^drawers layouts x drawers keys hypotheses; 5 keeps the expectimax a fraction of a second.
+        # 3^drawers layouts x drawers keys; 5 keeps the expectimax within a fraction of a second.
         if not 2 <= drawers <= 5:
             raise ValueError(f"drawers must be in 2..5, got {drawers}")
         self.drawers = drawers
@@ -193,8 +191,8 @@ class House(Env):
 
     def _cut(self, belief: Belief, room: str) -> Belief:
         """The belief after seeing which drawers are in `room`."""
-        seen = tuple(d for d, r in enumerate(self.layout) if r == room)
-        return frozenset(h for h in belief if tuple(d for d, r in enumerate(h[0]) if r == room) == seen)
+        seen = contents(self.layout, room)
+        return frozenset(h for h in belief if contents(h[0], room) == seen)
 
     def _room_words(self, room: str) -> str:
         drawers = " ".join(f"drawer {d + 1}" for d, r in enumerate(self.layout) if r == room)

@@ -139,12 +139,15 @@ def test_fog_learns_walls_by_bumping() -> None:
     for seed in range(100):
         env.reset(seed)
         for action in env.action_words:
-            nxt = (env.pos[0] + {"up": -1, "down": 1}.get(action, 0),
-                   env.pos[1] + {"left": -1, "right": 1}.get(action, 0))
+            nxt = (
+                env.pos[0] + {"up": -1, "down": 1}.get(action, 0),
+                env.pos[1] + {"left": -1, "right": 1}.get(action, 0),
+            )
             if nxt in env.grid.walls:
                 first = env.step(action)
                 assert first.info["error"] == "unavoidable" and not first.info["mistake"]
-                assert first.observation.startswith("wall . pos ") and "blocked" not in first.observation
+                assert first.observation.startswith("wall . pos ")
+                assert "blocked" not in first.observation
                 assert action not in env.optimal_actions()  # a met wall is avoided
                 again = env.step(action)
                 assert again.info["error"] == "avoidable" and again.info["mistake"]
