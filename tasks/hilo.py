@@ -29,7 +29,18 @@ from tasks.base import Env, Outcome
 from tasks.guess import cost
 
 
-def _minimax_guesses(lo: int, hi: int) -> set[str]:
+def belief(history: list[tuple[int, str]], n: int) -> tuple[int, int]:
+    """The interval [lo, hi] of targets consistent with every (guess, "higher" | "lower")."""
+    lo, hi = 1, n
+    for guess, answer in history:
+        if answer == "higher":
+            lo = max(lo, guess + 1)
+        elif answer == "lower":
+            hi = min(hi, guess - 1)
+    return lo, hi
+
+
+def minimax_guesses(lo: int, hi: int) -> set[str]:
     """The guesses that keep the worst case over [lo, hi] at its minimum, cost(m) - 1 after."""
     need = cost(hi - lo + 1) - 1
     return {str(g) for g in range(lo, hi + 1) if max(cost(g - lo), cost(hi - g)) == need}
@@ -107,12 +118,12 @@ class Hilo(Env):
         return {"error": None}
 
     def _oracle_actions(self) -> set[str]:
-        return _minimax_guesses(self.lo, self.hi)
+        return minimax_guesses(self.lo, self.hi)
 
     def _worst_oracle_turns(self, lo: int, hi: int) -> int:
         """The most guesses the oracle needs for this target from the interval [lo, hi]."""
         longest = 0
-        for g in map(int, _minimax_guesses(lo, hi)):
+        for g in map(int, minimax_guesses(lo, hi)):
             if g == self.target:
                 longest = max(longest, 1)
             else:
