@@ -298,6 +298,3 @@ class House(Env):
         numbers = {str(d) for d in range(1, self.drawers + 1)}
         words = {"drawer", "door", "no", "drawers", "has", "key", "empty", "you", "have"}
         return numbers | words | {"nothing", "happens", "open", "."} | set(ROOMS)
-
-    def picture(self) -> None:
-        return None
