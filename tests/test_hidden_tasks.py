@@ -276,3 +276,23 @@ def test_natural_text_states_every_compact_fact(name: str) -> None:
                 assert number in said, (short, long)
             if short.split()[0] in ("hall", "kitchen", "bedroom"):  # entering a room
                 assert f"you are in the {short.split()[0]}" in said, (short, long)
+
+
+@pytest.mark.parametrize("name", HIDDEN)
+def test_episode_viewer_replays_and_marks_error_classes(name: str) -> None:
+    from minirl.viewer import replay
+
+    env = tasks.make(name)
+    env.reset(4)
+    rng, turns = random.Random(4), []
+    for _ in range(12):
+        step = env.step(reply := rng.choice(env.action_words))
+        turns.append({"reply": reply, **{k: step.info[k] for k in ("valid", "mistake", "optimal")}})
+        if step.done:
+            break
+    frames = replay(name, {"seed": 4, "turns": turns})
+    assert len(frames) == len(turns) + 1
+    marks = {m for f in frames for m in f.marks}
+    assert marks & {"avoidable error", "unavoidable error"}
+    if name == "fog":
+        assert {"walls", "hidden_walls", "fog", "agent", "goal"} <= set(frames[-1].picture)
