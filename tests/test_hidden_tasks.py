@@ -207,9 +207,11 @@ def test_history_blind_policy_falls_behind(name: str, budget: int, margin: float
     blind, _ = table_success(name, table, budget, EVAL)
     assert oracle >= 0.97
     assert oracle - blind >= margin, (name, oracle, blind)
-    # The gap is the history's, not holes in the table: the blind policy almost never meets an
-    # observation the table lacks (measured: fog 2.5% of lookups; gridnav, whose observations
-    # also list the blocked directions, 29%, which is why gridnav is not compared this way).
+    if name != "fog":
+        return  # hilo's table holds every observation; house's lacks only "nothing happens"
+    # fog's gap is the history's, not holes in the table: the blind policy almost never meets an
+    # observation the table lacks (measured: 2.5% of lookups; gridnav, whose observations also
+    # list the blocked directions, 29%, which is why gridnav is not compared this way).
     env, lookups, missing = tasks.make(name), 0, 0
     for seed in EVAL:
         observation = env.reset(seed)
