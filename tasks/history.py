@@ -7,6 +7,15 @@ instances with optimal_length <= T; with hidden information the oracle must spen
 (a wrong guess, a bump, an empty drawer), so this is the ceiling per T that a study should compare
 a trained policy against.
 
+Why the oracles stay budget-blind. Every oracle in tasks/ minimises turns (worst case for guess
+and hilo, expected for icy and house, best case for fog), not the chance of success within the
+turns left. A budget-aware "optimal" would change with T, so the single-step quality of one action
+in one state would differ between the T = 4 and T = 8 evaluations, and with the budget hidden
+(--no_budget_visible) it would not be defined from what the agent sees. Where the two differ
+(icy: in 182 of 10,401 (state, turns-left) pairs no expected-turn-optimal action maximises the
+chance of arriving in time), compare against oracle_success per T, a lower bound on the
+budget-aware optimum; for hilo with n = 2^k - 1 and for guess it is exact (Hilo.ceiling).
+
 `blind_table(task, seeds)` builds the best *history-blind* imitation of the oracle: a lookup
 table from the last observation alone to the action the oracle took most often after it (counted
 over oracle episodes on `seeds`, which should be training seeds). `table_success` scores such a
