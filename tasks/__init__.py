@@ -1,12 +1,13 @@
 """Text environments for multi-turn RL: gridnav, icy, sokoban, guess, and hilo, fog and house.
 
-Each task is a tiny text game with an exact oracle (BFS, value iteration or binary search), so
-rollouts can be scored against the optimum turn by turn. hilo, fog and house hide information
-(the range, the walls, the key): their oracles answer over the belief state, every earlier
-observation, and classify each failed action in info["error"] as avoidable given the history or
-unavoidable. make(name, **options) builds a fresh
-environment; reset(seed) builds an instance deterministically from the seed. Train on seeds from
-TRAIN_SEEDS and evaluate on EVAL_SEEDS, which are disjoint so evaluation is held out.
+Each task is a tiny text game with an exact oracle (BFS, value iteration, binary search or
+expectimax), so rollouts can be scored against the optimum turn by turn. hilo, fog and house
+(HIDDEN) hide information (the range, the walls, the key): their oracles answer over the belief
+state, every earlier observation, and classify each failed action in info["error"] as avoidable
+given the history or unavoidable (tasks.history measures what the history is worth).
+make(name, **options) builds a fresh environment; reset(seed) builds an instance
+deterministically from the seed. Train on seeds from TRAIN_SEEDS and evaluate on EVAL_SEEDS,
+which are disjoint so evaluation is held out.
 """
 
 from __future__ import annotations
