@@ -187,7 +187,7 @@ class BudgetArgs:
 class TaskArgs:
     """What the agent plays and how it is rewarded."""
 
-    task: Literal["gridnav", "icy", "sokoban", "guess"] = HfArg(
+    task: Literal["gridnav", "icy", "sokoban", "guess", "hilo", "fog", "house"] = HfArg(
         default="gridnav", help="Environment (see tasks/)."
     )
     tasks_per_step: Count = HfArg(

@@ -213,7 +213,8 @@ def test_every_tutorial_is_found_and_has_an_assignment() -> None:
         "05_fixed_vs_budgetmix.md",
         "06_passkt.md",
         "07_reading_the_study.md",
-        "08_real_chat_model.md",
+        "08_hidden_information.md",
+        "09_real_chat_model.md",
     ]
     readme = (ROOT / "README.md").read_text()
     for path in TUTORIALS:

@@ -103,3 +103,15 @@ def test_default_warm_start_learns_the_noisy_expert() -> None:
     # Measured: final 0.579 against an optimum of 0.565 and a plateau of 0.693.
     assert final < optimum + 0.05
     assert final < plateau - 0.07
+
+
+def test_task_recipes_leave_the_other_bases_alone() -> None:
+    """Per-task recipes (minirl.tiny.TASK_RECIPES) change only their own task's base."""
+    from minirl.tiny import TASK_RECIPES
+
+    for task in ("gridnav", "icy", "guess", "hilo"):
+        assert task not in TASK_RECIPES
+        assert TinyRecipe.for_task(task) == TinyRecipe(tasks=((task, 1.0),))
+    for task, fields in TASK_RECIPES.items():
+        recipe = TinyRecipe.for_task(task)
+        assert all(getattr(recipe, k) == v for k, v in fields.items())

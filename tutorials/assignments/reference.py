@@ -10,6 +10,7 @@ import torch
 
 from minirl import budgets, grpo
 from minirl.eval import passkt
+from tasks import hilo
 
 
 def group_advantages(
@@ -29,3 +30,7 @@ def budget_probabilities(
     budget_min: int, budget_max: int, distribution: str = "uniform"
 ) -> dict[int, float]:
     return budgets.budget_probabilities(budget_min, budget_max, distribution)
+
+
+def optimal_guesses(history: list[tuple[int, str]], n: int) -> set[int]:
+    return {int(g) for g in hilo.minimax_guesses(*hilo.belief(history, n))}
