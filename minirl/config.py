@@ -116,6 +116,14 @@ class GRPOArgs:
         "minirl.update): it sets the training memory; the step's loss and gradient are those "
         "of one pass over all its episodes.",
     )
+    # TRL's name; in minirl it is the number of episodes one rollout plays side by side.
+    generation_batch_size: Annotated[int | None, Range(ge=1)] = HfArg(
+        default=None,
+        help="Episodes played together in one batched rollout; a step's episodes are played in "
+        "chunks of this size. Unset: all of the step's episodes at once (fastest). The rollout's "
+        "KV cache grows with the episodes it plays together, so this and "
+        "--per_device_train_batch_size bound a step's memory whatever its number of episodes.",
+    )
     gradient_checkpointing: bool | None = HfArg(
         default=None,
         help="Recompute each decoder layer's activations in the backward instead of keeping "
@@ -443,9 +451,10 @@ class BenchArgs:
     )
     memory_flags: str = HfArg(
         default="--mode fixed --budget 4 --max_new_tokens 6 --num_generations 4 "
-        "--per_device_train_batch_size 4",
+        "--per_device_train_batch_size 4 --generation_batch_size 8",
         help="train.py flags of the memory part's steps (--tasks_per_step is set from "
-        "--memory_episodes); add --gradient_checkpointing true to measure it.",
+        "--memory_episodes). The two batch sizes are what bound a step's memory; drop "
+        "--generation_batch_size to see the rollout's KV cache grow with the episodes.",
     )
     seed: Seed = HfArg(default=0, help="Sampling seed; both rollout paths start from it.")
     output: str = HfArg(default="runs/bench", help="Directory for bench.json and the plot.")

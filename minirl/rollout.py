@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
@@ -278,3 +279,23 @@ def rollout(
     if was_training:
         model.train()
     return episodes
+
+
+def rollout_in_chunks(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    specs: list[EpisodeSpec],
+    chunk: int | None,
+    **options: Any,
+) -> list[Episode]:
+    """`rollout` of `specs`, at most `chunk` episodes side by side (all at once when None).
+
+    The KV cache of a rollout grows with the episodes it plays together; chunks bound it (the
+    trainer's --generation_batch_size) at the cost of smaller, slower generate batches.
+    """
+    size = chunk or max(1, len(specs))
+    return [
+        episode
+        for start in range(0, len(specs), size)
+        for episode in rollout(model, tokenizer, specs[start : start + size], **options)
+    ]

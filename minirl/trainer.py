@@ -56,7 +56,7 @@ from minirl.models import load_policy, reference_policy, trainable_parameters
 from minirl.outputs import evaluate_policy, finish_run
 from minirl.progress import progress_bar
 from minirl.rewards import invalid_penalty_for, outcome_rewards, progress_rewards
-from minirl.rollout import rollout
+from minirl.rollout import rollout_in_chunks
 from minirl.trackers import tracking
 from minirl.update import accumulate_gradients
 
@@ -165,11 +165,13 @@ def train_step(
         for group, (seed, budget) in enumerate(draw_groups(cfg, rng))
         for _ in range(g.num_generations)
     ]
-    # 2. Play them together: one batched generate per turn.
-    episodes = rollout(
+    # 2. Play them together: one batched generate per turn, generation_batch_size episodes at a
+    #    time (all of them when unset), so the rollout's KV cache need not grow with the step.
+    episodes = rollout_in_chunks(
         model,
         tokenizer,
         specs,
+        g.generation_batch_size,
         max_new_tokens=t.max_new_tokens,
         temperature=g.temperature,
         budget_visible=b.budget_visible,

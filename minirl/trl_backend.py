@@ -59,7 +59,7 @@ from minirl.errors import ConfigError
 from minirl.models import load_policy
 from minirl.outputs import evaluate_policy, finish_run
 from minirl.rewards import invalid_penalty_for, outcome_rewards
-from minirl.rollout import rollout
+from minirl.rollout import rollout_in_chunks
 from minirl.trackers import PROJECT, Trackers, environment, tracking
 
 # Fields of GRPOConfig that minirl sets from something other than the field of the same name.
@@ -86,8 +86,13 @@ MAPPING: dict[str, str] = {
     "shuffle_dataset": "False: the dataset is already a seeded random draw in step order.",
     "lr_scheduler_type": "'constant' and weight_decay 0: minirl's plain AdamW (TRL's default "
     "decays the rate linearly to 0).",
-    "gradient_checkpointing": "minirl's --gradient_checkpointing, default False (GRPOConfig "
-    "defaults to True), non-reentrant as in minirl.models.",
+    "gradient_checkpointing": "minirl's --gradient_checkpointing, non-reentrant as in "
+    "minirl.models. Unset, minirl turns it on for a pretrained chat model when it loads the "
+    "model and passes False here, so TRL leaves the model as loaded (GRPOConfig defaults to "
+    "True).",
+    "generation_batch_size": "not passed: GRPOConfig's default (one generation for the step's "
+    "episodes) stays, and minirl's rollout_func plays what TRL hands it in chunks of "
+    "minirl's --generation_batch_size episodes, as minirl's trainer does.",
     "bf16": "True only on a CUDA device with bf16 support (GRPOConfig defaults to True, which on "
     "a CPU would run the training forward in bf16 autocast).",
     "save_total_limit": "2, as minirl.checkpoint keeps the two newest checkpoints.",
@@ -175,10 +180,11 @@ def make_rollout_func(
             trainer.accelerator,
             gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
         ) as model:
-            episodes = rollout(
+            episodes = rollout_in_chunks(
                 model,
                 tokenizer,
                 specs,
+                cfg.grpo.generation_batch_size,
                 max_new_tokens=cfg.task.max_new_tokens,
                 temperature=cfg.grpo.temperature,
                 budget_visible=cfg.budget.budget_visible,

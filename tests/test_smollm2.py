@@ -15,6 +15,7 @@ import bitsandbytes as bnb
 import pytest
 import torch
 
+import minirl.rollout as rollout_module
 import tasks
 from minirl import grpo, trainer
 from minirl.batch import sequence_logps, to_batch
@@ -50,7 +51,7 @@ def step() -> dict:
     before = [p.detach().clone() for p in trainable_parameters(model)]
     torch.manual_seed(0)
     mp = pytest.MonkeyPatch()
-    mp.setattr(trainer, "rollout", keep)
+    mp.setattr(rollout_module, "rollout", keep)
     try:
         metrics = trainer.train_step(model, tok, optimizer, cfg, random.Random(0), 0)
     finally:

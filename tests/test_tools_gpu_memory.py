@@ -47,6 +47,13 @@ def test_readme_memory_estimates_for_qwen_on_a_gpu(tmp_path, monkeypatch) -> Non
     assert more.activations_gib == laptop.activations_gib
     assert more.logits_gib == laptop.logits_gib
     assert more.rollout_gib == pytest.approx(4 * laptop.rollout_gib)
+    # --generation_batch_size bounds the rollout too: then nothing grows with the episodes.
+    chunked = [
+        estimate(config, **{**defaults, "episodes": n}, micro_batch=4, generation_batch=8)
+        for n in (8, 64, 256)
+    ]
+    assert chunked[0].total_gib == pytest.approx(chunked[2].total_gib)
+    assert chunked[0].rollout_gib == pytest.approx(laptop.rollout_gib / 8)
     # Checkpointing keeps 1 vector per token and layer instead of ~14.
     plain = estimate(config, **defaults, micro_batch=4)
     assert 8 < plain.activations_gib / laptop.activations_gib < 16

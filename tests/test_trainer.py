@@ -6,7 +6,8 @@ import random
 
 import torch
 
-from minirl import grpo, trainer
+import minirl.rollout as rollout_module
+from minirl import grpo
 from minirl.batch import sequence_logps, to_batch
 from minirl.config import BudgetArgs, Config, GRPOArgs, TaskArgs
 from minirl.episode import EpisodeSpec
@@ -31,7 +32,7 @@ def test_each_group_shares_its_instance_and_budget(quick_policy, monkeypatch) ->
         seen.append(specs)
         return rollout(model, tokenizer, specs, **kwargs)
 
-    monkeypatch.setattr(trainer, "rollout", spy)
+    monkeypatch.setattr(rollout_module, "rollout", spy)
     cfg = small_config(mode="budgetmix", budget_min=2, budget_max=6)
     cfg.task.tasks_per_step = 6
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=0.0)
@@ -46,6 +47,24 @@ def test_each_group_shares_its_instance_and_budget(quick_policy, monkeypatch) ->
             budgets.add(group[0].budget)
             assert 2 <= group[0].budget <= 6
     assert len(budgets) > 2, "budgetmix should draw different budgets for different groups"
+
+
+def test_generation_batch_size_plays_the_step_in_chunks(quick_policy, monkeypatch) -> None:
+    """--generation_batch_size 5 plays a 12-episode step as rollouts of 5, 5 and 2 episodes, in
+    spec order, and the step still trains on all 12."""
+    model, tok = quick_policy
+    sizes: list[int] = []
+
+    def spy(model, tokenizer, specs, **kwargs):
+        sizes.append(len(specs))
+        return rollout(model, tokenizer, specs, **kwargs)
+
+    monkeypatch.setattr(rollout_module, "rollout", spy)
+    cfg = small_config(mode="fixed", budget=3)
+    cfg.grpo.generation_batch_size = 5
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=0.0)
+    metrics = train_step(model, tok, optimizer, cfg, random.Random(0), 0)
+    assert sizes == [5, 5, 2] and metrics["turns"] <= 3
 
 
 def episodes_for(quick_policy, n_groups: int = 2, g: int = 4, budget: int = 4):

@@ -22,6 +22,7 @@ from peft import PeftModel
 from safetensors.torch import load_file
 from trl.trainer.utils import pad
 
+import minirl.rollout as rollout_module
 import tasks
 from minirl import grpo, trainer
 from minirl import trl_backend as backend
@@ -122,7 +123,7 @@ def test_dataset_draws_the_instances_and_budgets_minirl_draws(quick_policy, monk
         seen.append(specs)
         raise Drawn
 
-    monkeypatch.setattr(trainer, "rollout", capture)
+    monkeypatch.setattr(rollout_module, "rollout", capture)
     model, tok = quick_policy
     rng = random.Random(cfg.grpo.seed)
     for step in range(3):

@@ -68,13 +68,15 @@ def estimate(
     tokens: int,
     reply_tokens: int,
     micro_batch: int = 16,
+    generation_batch: int | None = None,
     max_new_tokens: int = 8,
     gradient_checkpointing: bool = False,
     lora_r: int = 16,
     quant: str = "nf4",
 ) -> MemoryEstimate:
     """Estimate one step of `episodes` conversations of `tokens` tokens each, `reply_tokens` of
-    them sampled (the loss tokens), trained `micro_batch` episodes at a time.
+    them sampled (the loss tokens), played `generation_batch` episodes at a time (all of them
+    when None: train.py's --generation_batch_size) and trained `micro_batch` at a time.
 
     The model is built on PyTorch's meta device (shapes, no memory) so the parameter count and the
     LoRA shapes are exact for any architecture transformers knows.
@@ -96,8 +98,9 @@ def estimate(
     head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
     kv_width = getattr(text, "num_key_value_heads", heads) * head_dim
     layers, width, vocab = text.num_hidden_layers, text.hidden_size, text.vocab_size
-    kv_cache = episodes * tokens * layers * 2 * kv_width * FP32
-    returned_logits = episodes * max_new_tokens * vocab * FP32
+    played = min(generation_batch or episodes, episodes)  # episodes side by side in a rollout
+    kv_cache = played * tokens * layers * 2 * kv_width * FP32
+    returned_logits = played * max_new_tokens * vocab * FP32
     micro = min(micro_batch, episodes) * tokens  # positions of the largest micro-batch
     saved = SAVED_HIDDEN * width + SAVED_KV * kv_width + SAVED_MLP * text.intermediate_size
     if gradient_checkpointing:
