@@ -256,6 +256,8 @@ class Env:
         success = self._solved()
         self._done = success or outcome.failed
         info = self._info(action, True, outcome.mistake, optimal, success, outcome.extras)
+        if self.natural and not outcome.natural:  # a task must say every outcome both ways
+            raise NotImplementedError(f"{self.name}: this outcome has no natural text")
         text = outcome.natural if self.natural else outcome.observation
         return Step(text, 1.0 if success else 0.0, self._done, info)
 

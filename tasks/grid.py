@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from tasks.base import spoken_list
+
 Cell = tuple[int, int]
 
 ACTIONS: tuple[str, ...] = ("up", "down", "left", "right")
@@ -61,8 +63,7 @@ def blocked_sentence(blocked: list[str]) -> str:
     """The blocked directions, as the natural text says them."""
     if not blocked:
         return "Nothing blocks you in any direction."
-    words = blocked[0] if len(blocked) == 1 else f"{', '.join(blocked[:-1])} and {blocked[-1]}"
-    return f"A wall blocks you going {words}."
+    return f"A wall blocks you going {spoken_list(blocked, last='and')}."
 
 
 GRID_RULES = (
