@@ -62,6 +62,10 @@ def start(args: list[str], log: Path, **env: str) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # A shell that runs the suite in the background (`pytest &`) starts it with SIGINT
+        # ignored, and children inherit that: Ctrl-C would then never reach train.py. A user's
+        # terminal delivers it, so the child gets the default disposition back.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 
