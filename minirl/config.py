@@ -322,9 +322,22 @@ class EvalArgs:
         "by the tokenizer as train.py does. results.json records the one used.",
     )
     decision_states: Count = HfArg(
-        default=200, help="States sampled once from the base policy for single-step quality."
+        default=200,
+        help="Fresh states (no error in their history), sampled once from the base policy, for "
+        "single-step quality.",
     )
-    decision_samples: Count = HfArg(default=2, help="Sampled actions per state and checkpoint.")
+    recovery_states: Annotated[int, Range(ge=0)] = HfArg(
+        default=200,
+        help="Post-error states (just after a base-policy error), sampled once, for recovery "
+        "(minirl.eval.recovery); 0 skips it.",
+    )
+    state_episodes: Count = HfArg(
+        default=2,
+        help="Base episodes per instance, at the largest T, that the fixed states are drawn from.",
+    )
+    decision_samples: Count = HfArg(
+        default=2, help="Sampled replies per fixed state (fresh or post-error) and checkpoint."
+    )
     batch_size: Count = HfArg(default=512, help="Episodes per batched rollout.")
     bootstrap: Annotated[int, Range(ge=0)] = HfArg(
         default=1000, help="Bootstrap resamples for the intervals (0 = off)."
@@ -354,29 +367,49 @@ def validate_eval(args: EvalArgs) -> tuple[list[int], list[int]]:
 class StudyArgs:
     """evaluate.py --study: train the study's arms where missing, evaluate them, write a report."""
 
-    tasks: str = HfArg(default="gridnav,guess", help="Comma-separated tasks to run the study on.")
+    tasks: str = HfArg(
+        default="gridnav,hilo,fog",
+        help="Comma-separated tasks to run the study on: the hidden-information tasks, with "
+        "gridnav as the history-free control.",
+    )
     model: str = HfArg(default="tiny", help="Base model ('tiny' = the per-task tiny base).")
     tight: Turns = HfArg(default=4, help="T of the tight fixed-budget arm (c).")
     generous: Turns = HfArg(default=12, help="T of the generous fixed-budget arm (b).")
     budget_min: Turns = HfArg(default=4, help="Smallest T of the BudgetMix arm (d).")
     budget_max: Turns = HfArg(default=12, help="Largest T of the BudgetMix arm (d).")
     process: bool = HfArg(
-        default=False, help="Also train (e): BudgetMix with the per-turn process reward."
+        default=True, help="Also train (e): BudgetMix with the per-turn process reward."
     )
-    max_steps: Count = HfArg(default=50, aliases=["--steps"], help="Training steps of each arm.")
+    max_steps: Count = HfArg(default=30, aliases=["--steps"], help="Training steps of each arm.")
     tasks_per_step: Count = HfArg(default=8, help="Task instances (groups) per training step.")
     num_generations: GroupSize = HfArg(default=8, help="G: episodes per instance in training.")
     seeds: str = HfArg(
-        default="0,1",
-        help="Training seeds, e.g. '0,1,2': one run per arm and seed; the report gives their "
-        "spread. Two fit the 40-minute budget on 2 CPU cores (one seed took 14 min).",
+        default="0,1,2",
+        help="Training seeds, e.g. '0,1,2': one run per arm and seed. The bootstrap resamples "
+        "them, so fewer than 3 give a seed spread that means little.",
     )
     k: str = HfArg(default="1,2,4", help="Sampling breadths K of the evaluation.")
-    t: str = HfArg(default="2,4,6,8,10,12", help="Turn budgets T of the evaluation.")
+    t: str = HfArg(default="2,4,8,12", help="Turn budgets T of the evaluation.")
     n: Count = HfArg(default=4, help="Evaluation episodes per instance and budget (n >= max K).")
     instances: HeldOut = HfArg(default=60, help="Held-out instances per task.")
-    decision_states: Count = HfArg(default=200, help="Fixed states for single-step quality.")
+    decision_states: Count = HfArg(
+        default=200, help="Fresh states (no error behind them) for single-step quality."
+    )
+    recovery_states: Count = HfArg(
+        default=200, help="Post-error states (just after a base error) for recovery."
+    )
+    decision_samples: Count = HfArg(
+        default=2, help="Sampled replies per fixed state (fresh or post-error) and arm."
+    )
+    state_episodes: Count = HfArg(
+        default=4, help="Base episodes per instance that the fixed states are drawn from."
+    )
     eval_seed: Seed = HfArg(default=0, help="Sampling seed of every evaluation.")
+    jobs: Count = HfArg(
+        default=1,
+        help="Training runs (and task evaluations) at once, each in its own process with "
+        "cores/jobs threads: on a 2-core CPU, 2 jobs finish the study in about half the time.",
+    )
     output: str = HfArg(default="study", help="Directory for runs, results, plots and report.md.")
 
 

@@ -1,26 +1,31 @@
 """Where does RL help? Behaviour analyses that go beyond the success rate.
 
-- Single-step decision quality: the rate of oracle-optimal actions on one fixed set of states.
-  The states are sampled once from the *base* policy's episodes (a state is the conversation up
-  to some turn, kept as its exact token ids, plus the replies that led there) and every checkpoint
-  is asked for the next action in those same states, so a difference in the rate is a difference
-  in the models, not in the states they happen to reach.
-- Error recovery: an *error* is any turn whose action was not oracle-optimal (an invalid reply, a
-  wall bump, a detour; it includes each task's narrower `mistake`). We report P(success | at least
-  one error) and P(success | first error at turn j), against P(success | no error).
+- Single-step decision quality: the rate of oracle-optimal actions on one fixed set of *fresh*
+  states: states whose history holds no error. The states are sampled once from the *base*
+  policy's episodes (a state is the conversation up to some turn, kept as its exact token ids,
+  plus the replies that led there) and every checkpoint is asked for the next action in those
+  same states, so a difference in the rate is a difference in the models, not in the states they
+  happen to reach.
+- Error recovery is measured the same way, from fixed post-error states: minirl.eval.recovery.
+  What this module still reports, `error_recovery`, is P(success | at least one error) over a
+  checkpoint's *own* episodes. It is descriptive only: a policy that errs less has a different,
+  selected set of erring episodes, so the rate moves with single-step quality alone (lesson 7
+  shows it on simulated policies) and no verdict reads it.
 - Long-horizon resilience: success by bucket of the instance's optimal solution length.
 - Turn efficiency: mean turns used by the successful episodes.
 
-All of them are computed from the episodes of minirl.eval.sampler, and the single-step replies
-are sampled by the same rollout, started from the fixed states; rates come with the count they
-are computed from, since a rate over 3 episodes means little. The result types are in
-minirl.eval.results.
+An *error* is any turn whose action was not oracle-optimal (an invalid reply, a wall bump, a
+detour; it includes each task's narrower `mistake`). All the rates are computed from the episodes
+of minirl.eval.sampler, and the single-step replies are sampled by the same rollout, started from
+the fixed states; rates come with the count they are computed from, since a rate over 3 episodes
+means little. The result types are in minirl.eval.results.
 """
 
 from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -33,33 +38,52 @@ from minirl.rollout import rollout
 # ---- single-step decision quality --------------------------------------------------------------
 
 
-def sample_states(episodes: list[Episode], count: int, seed: int = 0) -> list[EpisodeSpec]:
-    """`count` states drawn uniformly from all (episode, turn) pairs of the given episodes.
+def state_at(episode: Episode, j: int) -> EpisodeSpec:
+    """The state just before reply j (0-based) of a full episode, as a spec that starts there.
 
-    A state is an EpisodeSpec that starts inside its episode: the instance, the budget, the
-    replies that led there and the conversation's exact token ids up to the next reply. Uses its
-    own RNG, so the same episodes and seed always give the same states.
+    A state is the instance, the budget, the replies that led there and the conversation's exact
+    token ids up to the next reply, so a model asked there reads what the base policy read.
     """
-    candidates = [(e, j) for e in episodes for j in range(e.turns_used)]
+    if not episode.turn_index:
+        raise ValueError("sample states from full episodes, not truncated ones")
+    start = episode.turn_index.index(j)  # first token of reply j
+    return EpisodeSpec(
+        task=episode.task,
+        seed=episode.seed,
+        budget=episode.budget,
+        replies=tuple(t.reply for t in episode.turns[:j]),
+        prompt_ids=tuple(episode.input_ids[:start]),
+    )
+
+
+def sample_states(
+    episodes: list[Episode],
+    count: int,
+    seed: int = 0,
+    where: Callable[[Episode, int], bool] | None = None,
+) -> list[EpisodeSpec]:
+    """`count` states drawn uniformly from the (episode, turn) pairs of the given episodes.
+
+    `where(episode, j)` keeps only some turns (`error_free`: the fresh states of single-step
+    quality). Uses its own RNG, so the same episodes and seed always give the same states.
+    """
+    candidates = [
+        (e, j) for e in episodes for j in range(e.turns_used) if where is None or where(e, j)
+    ]
     if not candidates:
         raise ValueError("the episodes have no turns to sample states from")
     rng = random.Random(seed)
     picks = rng.sample(candidates, min(count, len(candidates)))
-    states = []
-    for episode, j in picks:
-        if not episode.turn_index:
-            raise ValueError("sample states from full episodes, not truncated ones")
-        start = episode.turn_index.index(j)  # first token of reply j
-        states.append(
-            EpisodeSpec(
-                task=episode.task,
-                seed=episode.seed,
-                budget=episode.budget,
-                replies=tuple(t.reply for t in episode.turns[:j]),
-                prompt_ids=tuple(episode.input_ids[:start]),
-            )
-        )
-    return states
+    return [state_at(episode, j) for episode, j in picks]
+
+
+def error_free(episode: Episode, j: int) -> bool:
+    """True when every action before turn j was optimal: a *fresh* state, with no error behind it.
+
+    Single-step quality is measured on these, and recovery on the states just after a first
+    error (minirl.eval.recovery), so the two are rates of the same kind on disjoint states.
+    """
+    return all(t.optimal for t in episode.turns[:j])
 
 
 def replay(state: EpisodeSpec, task_text: str = "compact") -> tasks.Env:
@@ -103,7 +127,8 @@ def decision_quality(
             )
             optimal += [e.turns[0].optimal for e in played]
             valid += [e.turns[0].valid for e in played]
-    return DecisionQuality(optimal=Rate.of(optimal), valid=Rate.of(valid))
+    per_state = [sum(optimal[i : i + samples]) for i in range(0, len(optimal), samples)]
+    return DecisionQuality(Rate.of(optimal), Rate.of(valid), optimal_counts=per_state)
 
 
 # ---- error recovery, horizon, efficiency -------------------------------------------------------

@@ -4,8 +4,9 @@ This is the engine behind `evaluate.py` (and the study). For each checkpoint it
 1. loads the base model with that checkpoint's LoRA adapter (`base` = no adapter),
 2. plays n episodes per instance and budget (minirl.eval.sampler), from the same sampling seed,
 3. turns the success counts into the K x T grid (minirl.eval.passkt),
-4. runs the analyses (minirl.eval.analysis) on the episodes at the largest T, and single-step
-   quality on one set of states sampled once from the base policy.
+4. runs the analyses (minirl.eval.analysis) on the episodes at the largest T, single-step
+   quality on one set of fresh states and recovery on one set of post-error states
+   (minirl.eval.recovery), both sampled once from the base policy.
 It returns the typed results (minirl.eval.results) and writes results.json (grid + analyses +
 metadata), results.jsonl (the grid as a flat table,
 `datasets.load_dataset("json", data_files=...)`) and the PNGs of minirl.eval.plots.
@@ -29,12 +30,14 @@ from minirl.config import EvalArgs, validate_eval
 from minirl.errors import CheckpointError, ConfigError
 from minirl.eval.analysis import (
     decision_quality,
+    error_free,
     error_recovery,
     sample_states,
     success_by_horizon,
     turn_efficiency,
 )
 from minirl.eval.passkt import pass_at_kt
+from minirl.eval.recovery import post_error_states, recover
 from minirl.eval.results import (
     Analysis,
     CheckpointResult,
@@ -193,8 +196,9 @@ def compare(args: EvalArgs, progress: bool = True, samples: Path | None = None) 
         )
     )
     with progress_bar(disable=not progress) as bar:
-        # The fixed states of the single-step analysis: one base episode per instance at T_max,
-        # from a seed of their own, whatever checkpoints are compared.
+        # The fixed states: base episodes at T_max, from a seed of their own, whatever
+        # checkpoints are compared. Fresh states for single-step quality, post-error ones for
+        # recovery; the analyses pair the checkpoints over them.
         base_model, tokenizer = load_policy(args.model, args.quant, task=args.task)
         rollout_kwargs["task_text"] = resolve_task_text(args.task_text, tokenizer)
         results.meta.task_text = rollout_kwargs["task_text"]
@@ -204,13 +208,29 @@ def compare(args: EvalArgs, progress: bool = True, samples: Path | None = None) 
             args.task,
             [t_max],
             seeds,
-            1,
+            args.state_episodes,
             seed=args.seed + 1,
             **rollout_kwargs,
         )[t_max]
-        states = sample_states(state_episodes, args.decision_states, seed=args.seed)
+        states = sample_states(
+            state_episodes, args.decision_states, seed=args.seed, where=error_free
+        )
+        after_errors, kinds = post_error_states(
+            state_episodes, args.recovery_states, seed=args.seed, task_text=results.meta.task_text
+        )
+        results.meta.decision_samples = args.decision_samples
         results.meta.decision_states = [
             {"seed": s.seed, "turn": len(s.replies) + 1, "replies": list(s.replies)} for s in states
+        ]
+        results.meta.post_error_states = [
+            {
+                "seed": s.seed,
+                "turn": len(s.replies) + 1,
+                "replies": list(s.replies),
+                "kind": kind,
+                "turns_left": s.budget - len(s.replies),
+            }
+            for s, kind in zip(after_errors, kinds, strict=True)
         ]
         del base_model
         total = episodes_to_play(ts, len(seeds), args.n, args.budget_visible)
@@ -239,8 +259,9 @@ def compare(args: EvalArgs, progress: bool = True, samples: Path | None = None) 
                     budget_visible=args.budget_visible,
                     per_instance=args.n,
                 )
+            counts = success_counts(episodes, args.n)
             grid = pass_at_kt(
-                success_counts(episodes, args.n),
+                counts,
                 args.n,
                 ks,
                 bootstrap=args.bootstrap,
@@ -257,6 +278,22 @@ def compare(args: EvalArgs, progress: bool = True, samples: Path | None = None) 
                 seed=args.seed,
                 batch_size=args.batch_size,
             )
+            from_errors = (
+                recover(
+                    model,
+                    tokenizer,
+                    after_errors,
+                    kinds,
+                    samples=args.decision_samples,
+                    max_new_tokens=args.max_new_tokens,
+                    temperature=args.temperature,
+                    task_text=results.meta.task_text,
+                    seed=args.seed,
+                    batch_size=args.batch_size,
+                )
+                if after_errors
+                else None
+            )
             at_max = episodes[t_max]
             turns = sum(e.turns_used for e in at_max)
             results.checkpoints[name] = CheckpointResult(
@@ -268,8 +305,10 @@ def compare(args: EvalArgs, progress: bool = True, samples: Path | None = None) 
                     horizon=success_by_horizon(at_max),
                     efficiency={t: turn_efficiency(episodes[t]) for t in ts},
                     invalid_rate=sum(not x.valid for e in at_max for x in e.turns) / max(1, turns),
+                    from_errors=from_errors,
                 ),
                 seconds=round(time.perf_counter() - started, 2),
+                successes=counts,
             )
             del model
     return results

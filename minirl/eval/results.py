@@ -4,9 +4,11 @@
       meta: EvalMeta                       task, seeds, n, K and T lists, mode, decision states ...
       checkpoints: {label: CheckpointResult}
         grid: [Cell]                       Pass@(K,T) per (K, T) (minirl.eval.passkt)
+        successes: {T: [int]}              each instance's successes of n (the bootstrap's units)
         analysis: Analysis                 minirl.eval.analysis
-          decision: DecisionQuality        optimal / valid rates on the fixed states
-          recovery: Recovery               success with and without an error
+          decision: DecisionQuality        optimal / valid rates on the fixed fresh states
+          recovery: Recovery               success with and without an error (own episodes)
+          from_errors: StateRecovery       from the fixed post-error states (minirl.eval.recovery)
           horizon: {"1-2": Rate, ...}      success by optimal solution length
           efficiency: {T: Efficiency}      turns used by successful episodes
           invalid_rate
@@ -45,6 +47,22 @@ class DecisionQuality:
 
     optimal: Rate
     valid: Rate
+    optimal_counts: list[int] = field(default_factory=list)  # per state, of meta.decision_samples
+
+
+@dataclass
+class StateRecovery:
+    """From the fixed post-error states: the next action's quality and success in the turns left.
+
+    Per-state counts are of meta.decision_samples continuations; `by_kind` splits success by the
+    kind of the error that led to the state (minirl.eval.recovery.KINDS).
+    """
+
+    optimal: Rate
+    success: Rate
+    by_kind: dict[str, Rate] = field(default_factory=dict)
+    optimal_counts: list[int] = field(default_factory=list)
+    success_counts: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -74,6 +92,7 @@ class Analysis:
     horizon: dict[str, Rate]
     efficiency: dict[int, Efficiency]
     invalid_rate: float
+    from_errors: StateRecovery | None = None  # None in files written before it existed
 
 
 @dataclass
@@ -84,6 +103,7 @@ class CheckpointResult:
     grid: list[Cell]
     analysis: Analysis
     seconds: float
+    successes: dict[int, list[int]] = field(default_factory=dict)  # T -> per instance, of n
 
     def cell(self, k: int, t: int) -> Cell:
         return next(c for c in self.grid if c.k == k and c.t == t)
@@ -108,7 +128,9 @@ class EvalMeta:
     analysis_budget: int
     minirl_version: str
     device: str
-    decision_states: list[dict] = field(default_factory=list)  # {seed, turn, replies}
+    decision_states: list[dict] = field(default_factory=list)  # fresh: {seed, turn, replies}
+    post_error_states: list[dict] = field(default_factory=list)  # + kind, turns_left
+    decision_samples: int = 0  # samples per fixed state and checkpoint
     task_text: str = "compact"  # the tasks' text (tasks.TEXTS); files older than it were compact
 
 
@@ -168,8 +190,13 @@ def _rate(data: dict) -> Rate:
 def _checkpoint(data: dict) -> CheckpointResult:
     a = data["analysis"]
     recovery = a["recovery"]
+    decision = a["decision"]
     analysis = Analysis(
-        decision=DecisionQuality(_rate(a["decision"]["optimal"]), _rate(a["decision"]["valid"])),
+        decision=DecisionQuality(
+            _rate(decision["optimal"]),
+            _rate(decision["valid"]),
+            list(decision.get("optimal_counts", [])),
+        ),
         recovery=Recovery(
             no_error=_rate(recovery["no_error"]),
             after_error=_rate(recovery["after_error"]),
@@ -183,6 +210,7 @@ def _checkpoint(data: dict) -> CheckpointResult:
             for t, e in a["efficiency"].items()
         },
         invalid_rate=_number(a["invalid_rate"]),
+        from_errors=_state_recovery(a["from_errors"]) if a.get("from_errors") else None,
     )
     return CheckpointResult(
         path=data["path"],
@@ -192,6 +220,17 @@ def _checkpoint(data: dict) -> CheckpointResult:
         ],
         analysis=analysis,
         seconds=data["seconds"],
+        successes={int(t): list(v) for t, v in data.get("successes", {}).items()},
+    )
+
+
+def _state_recovery(data: dict) -> StateRecovery:
+    return StateRecovery(
+        optimal=_rate(data["optimal"]),
+        success=_rate(data["success"]),
+        by_kind={kind: _rate(r) for kind, r in data["by_kind"].items()},
+        optimal_counts=list(data["optimal_counts"]),
+        success_counts=list(data["success_counts"]),
     )
 
 

@@ -1,291 +1,320 @@
-"""The paper's claims as numbers, uncertainties and verdict rules, computed from the evaluations.
+"""The paper's claims as statistics, bootstrap uncertainties and verdict rules.
 
-Each claim becomes a number with an uncertainty and a rule; minirl.study.report writes the
-sentence the rule chooses, never one written by hand:
-1. Budget dependence: gap(T) = Pass@(1,T)[RL] - Pass@(1,T)[base]. Shown when the gap at the
-   largest T is positive and larger than the gap at the smallest T, both beyond 2 stderr.
-2. Where RL helps: per RL arm, the change in the single-step optimal-action rate (fixed states)
-   against the change in P(success | >= 1 error) and in success on the longest horizons. Shown
-   when recovery gains exceed single-step gains by more than 2 stderr.
-3. BudgetMix robustness: mean and worst-case Pass@(1,T) over T, and the *regret*, the largest
-   shortfall from the best arm at any T. Shown when BudgetMix has the smallest regret.
-4. Process supervision: the process-reward arm against BudgetMix with outcome reward.
-Standard errors treat the compared grids as independent (a conservative choice: the instances are
-shared). With several training seeds the seed spread is reported and added to the error.
+Every number comes from minirl.study.bootstrap (paired over the shared instances and states,
+clustered by instance, with the spread over training seeds); minirl.study.report writes the
+sentence each rule chooses, never one written by hand. The rules, per task and arm:
+
+1. Budget dependence. gap(T) = Pass@(1,T)[arm] - Pass@(1,T)[base] grows with T for two reasons:
+   a real need for turns, and plain compounding (a better single step is worth more over more
+   turns, and a tight T caps every policy at the task's ceiling). The null removes the second:
+   the arm's single-step gain d (log-odds, fixed fresh states) is carried through the turns by
+   the simulated policy of minirl.study.simulate, giving null(T), what d alone buys at T. The
+   statistic is the excess's growth,
+       growth = [gap - null](T_max) - [gap - null](T_min),
+   and the claim is shown when it is positive (Holm-adjusted p < 0.05).
+2. Where RL helps (recovery). On the fixed post-error states and the fixed fresh states, the
+   change of the optimal-action rate in log-odds, post-error minus fresh:
+       recovery = dlogit(post-error) - dlogit(fresh).
+   A policy that only gains single-step quality gains the same log-odds everywhere (0); one that
+   learned to recover gains more after an error. Shown when positive (Holm). Success within the
+   remaining turns from the post-error states, and its split by kind of error, are reported
+   beside it; no verdict reads them, because they compound single-step gains too.
+3. BudgetMix robustness. For each fixed-budget arm a: mean over T of Pass@(1,T)[mix] -
+   Pass@(1,T)[a]. Shown when that is positive for *every* fixed arm (each Holm-adjusted): the
+   mix is ahead of each specialist over the budgets, not only of a straw one. (The first
+   edition's regret, a maximum over noisy differences, was biased upwards: identical arms
+   scored 0.088 on average.)
+4. Process supervision. The process-reward arm against BudgetMix with outcome reward, on the mean
+   Pass@(1,T), single-step quality and recovery: gains and losses, two-sided, Holm-adjusted.
+
+Every test of the whole study is one family for Holm's adjustment (`adjust`), so "shown"
+anywhere means the chance of any false "shown" in the report is at most 5%. Each test also
+reports the smallest effect it could have detected with 80% power at its adjusted level
+(minirl.study.power.detectable).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import tasks
-from minirl.eval.results import Analysis, EvalResults, Rate, load_results
+import numpy as np
 
-Z = 2.0  # "beyond 2 stderr"
-Estimate = tuple[float, float]  # (value, standard error)
-Measure = Callable[[Analysis], Rate | None]  # picks one rate out of a checkpoint's analyses
+from minirl.eval.recovery import KINDS
+from minirl.eval.results import EvalResults, load_results
+from minirl.study import simulate
+from minirl.study.bootstrap import (
+    Design,
+    Draws,
+    Estimate,
+    arm_measures,
+    design,
+    draws,
+    empirical_logit,
+    holm,
+    units,
+)
+from minirl.study.power import detectable
+from tasks.history import oracle_success
+
+ALPHA = 0.05
+REPLICATES = 2000
+SHIFTS = tuple(np.round(np.arange(-3.0, 3.01, 0.25), 2))  # log-odds shifts of the null's table
 
 
 @dataclass
-class Verdict:
-    shown: bool
-    text: str
+class Test:
+    """One verdict: its statistic, the p-value after Holm's adjustment, and what it could see."""
+
+    claim: str
+    task: str
+    arm: str
+    estimate: Estimate
+    two_sided: bool = False
+    adjusted: float = math.nan  # Holm-adjusted p (set by `adjust`)
+    detectable: float = math.nan  # smallest effect with 80% power at the adjusted level
+
+    @property
+    def p(self) -> float:
+        """Raw p: one-sided for "positive", or two-sided."""
+        p = self.estimate.p
+        return min(1.0, 2 * min(p, 1 - p)) if self.two_sided else p
+
+    @property
+    def shown(self) -> bool:
+        return self.adjusted < ALPHA and self.estimate.value > 0
+
+    @property
+    def opposite(self) -> bool:
+        return self.two_sided and self.adjusted < ALPHA and self.estimate.value < 0
 
 
 @dataclass
-class BudgetDependence:
-    gaps: dict[str, dict[int, Estimate]]  # arm -> T -> gap against base
-    verdicts: dict[str, Verdict]
+class BudgetRow:
+    gap: dict[int, Estimate]  # observed Pass@(1,T) gap against base
+    null: dict[int, float]  # what the single-step gain alone buys at T
+    step_gain: Estimate  # single-step gain in log-odds on the fresh states
+    test: Test  # growth of (gap - null) from T_min to T_max
 
 
 @dataclass
-class WhereRLHelps:
-    base: dict[str, Estimate]  # measure -> base rate
-    deltas: dict[str, dict[str, Estimate]]  # arm -> measure -> change against base
-    verdicts: dict[str, Verdict]
-    bucket: str | None  # the longest horizon bucket measured
+class WhereRow:
+    step: Estimate  # change of the optimal rate on fresh states
+    post_step: Estimate  # ... on post-error states
+    post_success: Estimate  # change of success within the turns left, from post-error states
+    by_kind: dict[str, Estimate]  # post_success change per kind of error
+    test: Test  # recovery = dlogit(post-error) - dlogit(fresh)
 
 
 @dataclass
 class RobustRow:
-    mean: float
-    worst: float
-    worst_t: int
-    regret: float
-    regret_t: int
-
-
-@dataclass
-class Robustness:
-    table: dict[str, RobustRow]
-    verdict: Verdict
-
-
-@dataclass
-class ProcessSupervision:
-    run: bool
-    text: str
-    diffs: dict[str, Estimate] = field(default_factory=dict)
+    lead: Estimate  # mean over T of Pass@(1,T)[mix] - [fixed arm]
+    per_t: dict[int, Estimate]
+    test: Test
 
 
 @dataclass
 class TaskFindings:
-    """Every claim's numbers and verdict for one task."""
+    """Every claim's numbers and tests for one task."""
 
     results: EvalResults
-    solvable: dict[int, float]
-    budget: BudgetDependence
-    where: WhereRLHelps
-    robust: Robustness
-    process: ProcessSupervision
+    ceiling: dict[int, tuple[float, float]]  # T -> the oracle's success and its stderr
+    pass1: dict[str, dict[int, Estimate]]  # arm (incl. base) -> T -> Pass@(1,T)
+    rates: dict[str, dict[str, Estimate]]  # arm -> step / post_step / post_success
+    budget: dict[str, BudgetRow]
+    where: dict[str, WhereRow]
+    robust: dict[str, RobustRow]
+    process: dict[str, Test] = field(default_factory=dict)
+    kinds: dict[str, int] = field(default_factory=dict)  # post-error states per kind
+
+    def tests(self) -> list[Test]:
+        return (
+            [r.test for r in self.budget.values()]
+            + [r.test for r in self.where.values()]
+            + [r.test for r in self.robust.values()]
+            + list(self.process.values())
+        )
 
 
-# ---- numbers -----------------------------------------------------------------------------------
+# ---- the statistics ----------------------------------------------------------------------------
 
 
-def curve(
-    results: EvalResults, labels: list[str], k: int = 1
-) -> dict[int, tuple[float, float, float]]:
-    """Per T: (mean over the labels' runs, stderr incl. seed spread, seed std or NaN)."""
-    out = {}
-    for t in results.meta.ts:
-        cells = [results.checkpoints[label].cell(k, t) for label in labels]
-        means = [c.mean for c in cells]
-        mean = sum(means) / len(means)
-        inst_se = math.sqrt(sum(c.stderr**2 for c in cells)) / len(cells)
-        if len(cells) > 1:
-            sd = math.sqrt(sum((m - mean) ** 2 for m in means) / (len(means) - 1))
-            se = math.hypot(inst_se, sd / math.sqrt(len(means)))
-        else:
-            sd, se = math.nan, inst_se
-        out[t] = (mean, se, sd)
-    return out
+def _diff(a: np.ndarray, b: np.ndarray) -> Estimate:
+    return Estimate.of(a - b)
 
 
-def rate_stat(results: EvalResults, labels: list[str], measure: Measure) -> Estimate:
-    """Mean over runs of an analysis rate, with a binomial stderr from its pooled count."""
-    rates, counts = [], []
-    for label in labels:
-        found = measure(results.checkpoints[label].analysis) or Rate(math.nan, 0)
-        rates.append(found.rate)
-        counts.append(found.count)
-    if not counts or sum(counts) == 0 or any(math.isnan(r) for r in rates):
-        return math.nan, math.nan
-    p = sum(rates) / len(rates)
-    return p, math.sqrt(max(p * (1 - p), 1e-12) / sum(counts))
+def _dlogit(arm: dict, base: dict, key: str, trials: float) -> np.ndarray:
+    return empirical_logit(arm[key], trials) - empirical_logit(base[key], trials)
 
 
-def longest_bucket(results: EvalResults, minimum: int = 20) -> str | None:
-    """The longest optimal-length bucket with at least `minimum` base episodes."""
-    horizon = results.checkpoints["base"].analysis.horizon
-    ok = [b for b, r in horizon.items() if r.count >= minimum]
-    return ok[-1] if ok else (list(horizon)[-1] if horizon else None)
+def _mean_over_t(m: dict[str, np.ndarray], ts: list[int]) -> np.ndarray:
+    return np.mean([m[f"pass1@{t}"] for t in ts], axis=0)
 
 
-def solvable_fraction(task: str, seeds: list[int], ts: list[int]) -> dict[int, float]:
-    """Share of the instances whose optimal solution fits in T turns (what any policy can reach)."""
-    env = tasks.make(task)
-    lengths = []
-    for s in seeds:
-        env.reset(s)
-        lengths.append(env.optimal_length)
-    return {t: sum(n <= t for n in lengths) / len(lengths) for t in ts}
+def budget_rows(
+    task: str,
+    d: Design,
+    base: dict[str, np.ndarray],
+    arms: dict[str, dict[str, np.ndarray]],
+    seeds: list[int],
+    sim_n: int,
+) -> dict[str, BudgetRow]:
+    """Gap, null and the excess's growth for every arm (claim 1)."""
+    policy = simulate.SimPolicy(float(base["step"][0]), float(base["post_step"][0]))
+    if math.isnan(policy.q_post):
+        policy = simulate.SimPolicy(policy.q_fresh, policy.q_fresh)
+    table = simulate.null_table(task, seeds, policy, d.ts, SHIFTS, n=sim_n)
+    lo, hi = d.ts[0], d.ts[-1]
+    rows = {}
+    for arm, m in arms.items():
+        shift = _dlogit(m, base, "step", d.m * max(len(d.fresh_instance), 1))
+        null = {
+            t: np.array([simulate.interpolate(table, s, t) for s in shift])
+            - simulate.interpolate(table, 0.0, t)
+            for t in d.ts
+        }
+        gap = {t: m[f"pass1@{t}"] - base[f"pass1@{t}"] for t in d.ts}
+        growth = (gap[hi] - null[hi]) - (gap[lo] - null[lo])
+        rows[arm] = BudgetRow(
+            gap={t: Estimate.of(g) for t, g in gap.items()},
+            null={t: float(v[0]) for t, v in null.items()},
+            step_gain=Estimate.of(shift),
+            test=Test("budget dependence", task, arm, Estimate.of(growth)),
+        )
+    return rows
+
+
+def where_rows(
+    task: str,
+    d: Design,
+    base: dict[str, np.ndarray],
+    arms: dict[str, dict[str, np.ndarray]],
+    by_kind: dict[str, tuple[dict, dict[str, dict]]],
+) -> dict[str, WhereRow]:
+    """Single-step and post-error changes, and the recovery test, for every arm (claim 2)."""
+    trials_f = d.m * max(len(d.fresh_instance), 1)
+    trials_p = d.m * max(len(d.post_instance), 1)
+    rows = {}
+    for arm, m in arms.items():
+        recovery = _dlogit(m, base, "post_step", trials_p) - _dlogit(m, base, "step", trials_f)
+        rows[arm] = WhereRow(
+            step=_diff(m["step"], base["step"]),
+            post_step=_diff(m["post_step"], base["post_step"]),
+            post_success=_diff(m["post_success"], base["post_success"]),
+            by_kind={
+                kind: _diff(arm_k[arm]["post_success"], base_k["post_success"])
+                for kind, (base_k, arm_k) in by_kind.items()
+            },
+            test=Test("recovery", task, arm, Estimate.of(recovery)),
+        )
+    return rows
+
+
+def robust_rows(
+    task: str, ts: list[int], arms: dict[str, dict[str, np.ndarray]]
+) -> dict[str, RobustRow]:
+    """BudgetMix's lead over each fixed-budget arm across the budgets (claim 3)."""
+    mix = next((a for a in arms if a.startswith("budgetmix")), None)
+    if mix is None:
+        return {}
+    rows = {}
+    for arm, m in arms.items():
+        if arm == mix or not arm.startswith("fixed"):
+            continue
+        lead = _mean_over_t(arms[mix], ts) - _mean_over_t(m, ts)
+        rows[arm] = RobustRow(
+            lead=Estimate.of(lead),
+            per_t={t: _diff(arms[mix][f"pass1@{t}"], m[f"pass1@{t}"]) for t in ts},
+            test=Test("robustness", task, f"budgetmix vs {arm}", Estimate.of(lead)),
+        )
+    return rows
+
+
+def process_tests(task: str, d: Design, arms: dict[str, dict[str, np.ndarray]]) -> dict[str, Test]:
+    """The process-reward arm against BudgetMix, two-sided (claim 4)."""
+    if "process" not in arms or "budgetmix" not in arms:
+        return {}
+    p, b = arms["process"], arms["budgetmix"]
+    diffs = {
+        "mean Pass@(1,T)": _mean_over_t(p, d.ts) - _mean_over_t(b, d.ts),
+        "single-step optimal rate": p["step"] - b["step"],
+        "post-error optimal rate": p["post_step"] - b["post_step"],
+    }
+    return {
+        name: Test(
+            "process supervision",
+            task,
+            f"process vs budgetmix: {name}",
+            Estimate.of(x),
+            two_sided=True,
+        )
+        for name, x in diffs.items()
+    }
+
+
+# ---- one task, and the whole study -------------------------------------------------------------
+
+
+def analyse_results(
+    task: str,
+    results: EvalResults,
+    arms: dict[str, list[str]],
+    replicates: int = REPLICATES,
+    seed: int = 0,
+    sim_n: int = 8,
+) -> TaskFindings:
+    """Every claim's numbers and (unadjusted) tests for one task; `adjust` finishes them."""
+    d = design(results)
+    runs = {"base": [units(results.checkpoints["base"])]}
+    runs |= {
+        arm: [units(results.checkpoints[label]) for label in labels] for arm, labels in arms.items()
+    }
+    draw: Draws = draws(d.instances, {a: len(r) for a, r in runs.items()}, replicates, seed)
+    measured = {a: arm_measures(r, d, draw, a) for a, r in runs.items()}
+    kinds = sorted({k for k in d.post_kind}, key=KINDS.index)
+    by_kind = {
+        k: (
+            arm_measures(runs["base"], d, draw, "base", kind=k),
+            {a: arm_measures(r, d, draw, a, kind=k) for a, r in runs.items() if a != "base"},
+        )
+        for k in kinds
+    }
+    base = measured["base"]
+    trained = {a: m for a, m in measured.items() if a != "base"}
+    main = {a: m for a, m in trained.items() if a != "process"}
+    seeds = list(results.meta.seeds)
+    return TaskFindings(
+        results=results,
+        ceiling={t: oracle_success(task, t, seeds) for t in d.ts},
+        pass1={a: {t: Estimate.of(m[f"pass1@{t}"]) for t in d.ts} for a, m in measured.items()},
+        rates={
+            a: {k: Estimate.of(m[k]) for k in ("step", "post_step", "post_success")}
+            for a, m in measured.items()
+        },
+        budget=budget_rows(task, d, base, main, seeds, sim_n),
+        where=where_rows(task, d, base, trained, by_kind),
+        robust=robust_rows(task, d.ts, main),
+        process=process_tests(task, d, trained),
+        kinds={k: d.post_kind.count(k) for k in kinds},
+    )
+
+
+def adjust(found: dict[str, TaskFindings]) -> list[Test]:
+    """Holm-adjust every test of the study as one family; set what each could have detected."""
+    tests = [t for f in found.values() for t in f.tests()]
+    for test, p in zip(tests, holm([t.p for t in tests]), strict=True):
+        test.adjusted = p
+        test.detectable = detectable(test.estimate.se, len(tests), two_sided=test.two_sided)
+    return tests
+
+
+def analyse(task: str, results_path: Path, arms: dict[str, list[str]]) -> TaskFindings:
+    """One task of a study on disk (call `adjust` over all tasks before reading verdicts)."""
+    return analyse_results(task, load_results(results_path), arms)
 
 
 def signed(x: float, se: float | None = None) -> str:
     if math.isnan(x):
         return "n/a"
     return f"{x:+.3f}" if se is None or math.isnan(se) else f"{x:+.3f} ± {se:.3f}"
-
-
-# ---- claims ------------------------------------------------------------------------------------
-
-
-def budget_dependence(results: EvalResults, arms: dict[str, list[str]]) -> BudgetDependence:
-    base = curve(results, ["base"])
-    ts = results.meta.ts
-    gaps = {}
-    for arm, labels in arms.items():
-        rl = curve(results, labels)
-        gaps[arm] = {t: (rl[t][0] - base[t][0], math.hypot(rl[t][1], base[t][1])) for t in ts}
-    lo, hi = ts[0], ts[-1]
-    verdicts = {}
-    for arm, gap in gaps.items():
-        change = gap[hi][0] - gap[lo][0]
-        change_se = math.hypot(gap[hi][1], gap[lo][1])
-        if gap[hi][0] > Z * gap[hi][1] and change > Z * change_se:
-            verdict = (
-                f"shown: the gain of {arm} over base grows from {signed(*gap[lo])} at "
-                f"T={lo} to {signed(*gap[hi])} at T={hi}"
-            )
-        elif gap[hi][0] <= Z * gap[hi][1]:
-            verdict = (
-                f"not shown: at the largest evaluated T={hi} the gain of {arm} over base is "
-                f"{signed(*gap[hi])}, not beyond 2 stderr"
-            )
-        elif change < -Z * change_se:
-            verdict = (
-                f"the opposite: the gain of {arm} shrinks from {signed(*gap[lo])} at T={lo} "
-                f"to {signed(*gap[hi])} at T={hi}"
-            )
-        else:
-            verdict = (
-                f"not shown: the gain of {arm} is {signed(*gap[lo])} at T={lo} and "
-                f"{signed(*gap[hi])} at T={hi}; the change {signed(change, change_se)} is "
-                "within 2 stderr"
-            )
-        verdicts[arm] = Verdict(verdict.startswith("shown"), verdict)
-    return BudgetDependence(gaps, verdicts)
-
-
-def where_rl_helps(results: EvalResults, arms: dict[str, list[str]]) -> WhereRLHelps:
-    bucket = longest_bucket(results)
-    measures: dict[str, Measure] = {
-        "single-step optimal rate": lambda a: a.decision.optimal,
-        "success after an error": lambda a: a.recovery.after_error,
-        f"success at optimal length {bucket}": lambda a: a.horizon.get(bucket or ""),
-    }
-    base = {m: rate_stat(results, ["base"], p) for m, p in measures.items()}
-    deltas, verdicts = {}, {}
-    for arm, labels in arms.items():
-        own = {m: rate_stat(results, labels, p) for m, p in measures.items()}
-        deltas[arm] = {
-            m: (own[m][0] - base[m][0], math.hypot(own[m][1], base[m][1])) for m in measures
-        }
-        (d_step, se_step), (d_rec, se_rec), (d_long, se_long) = deltas[arm].values()
-        margin = d_rec - d_step
-        if math.isnan(margin):
-            text = f"undetermined for {arm}: a rate has no cases"
-        elif margin > Z * math.hypot(se_step, se_rec):
-            text = (
-                f"shown for {arm}: single-step quality changed by {signed(d_step, se_step)} "
-                f"while recovery after an error changed by {signed(d_rec, se_rec)} "
-                f"(long horizons {signed(d_long, se_long)})"
-            )
-        else:
-            text = (
-                f"not shown for {arm}: single-step quality changed by "
-                f"{signed(d_step, se_step)} and recovery after an error by "
-                f"{signed(d_rec, se_rec)}; recovery did not gain more, beyond 2 stderr "
-                f"(long horizons {signed(d_long, se_long)})"
-            )
-        verdicts[arm] = Verdict(text.startswith("shown"), text)
-    return WhereRLHelps(base, deltas, verdicts, bucket)
-
-
-def robustness(results: EvalResults, arms: dict[str, list[str]]) -> Robustness:
-    curves = {arm: curve(results, labels) for arm, labels in arms.items()}
-    ts = results.meta.ts
-    best = {t: max(c[t][0] for c in curves.values()) for t in ts}
-    table = {}
-    for arm, c in curves.items():
-        means = [c[t][0] for t in ts]
-        table[arm] = RobustRow(
-            mean=sum(means) / len(means),
-            worst=min(means),
-            worst_t=ts[means.index(min(means))],
-            regret=max(best[t] - c[t][0] for t in ts),
-            regret_t=max(ts, key=lambda t: best[t] - c[t][0]),
-        )
-    se = max(c[t][1] for c in curves.values() for t in ts)
-    mix = next((a for a in arms if a.startswith("budgetmix")), None)
-    if mix is None:
-        return Robustness(table, Verdict(False, "no BudgetMix arm"))
-    others = {a: r for a, r in table.items() if a != mix}
-    rival = min(others, key=lambda a: others[a].regret)
-    lead = others[rival].regret - table[mix].regret
-    worst_text = ", ".join(f"{a} {r.worst:.3f} (T={r.worst_t})" for a, r in table.items())
-    summary = (
-        f"BudgetMix's largest shortfall from the best arm at any T is {table[mix].regret:.3f} "
-        f"(at T={table[mix].regret_t}), against {others[rival].regret:.3f} for the most "
-        f"robust fixed arm ({rival})"
-    )
-    if lead > Z * se:
-        text = f"shown: {summary}"
-    elif lead > 0:
-        text = f"not shown beyond noise: {summary}; the margin {lead:.3f} is within 2 stderr"
-    else:
-        text = f"not shown: {summary}"
-    text += f". Worst-case Pass@(1,T): {worst_text}"
-    return Robustness(table, Verdict(text.startswith("shown"), text))
-
-
-def process_supervision(results: EvalResults, arms: dict[str, list[str]]) -> ProcessSupervision:
-    if "process" not in arms or "budgetmix" not in arms:
-        return ProcessSupervision(False, "not run (pass --process to add the process-reward arm)")
-    proc, mix = curve(results, arms["process"]), curve(results, arms["budgetmix"])
-    diffs = {
-        f"Pass@(1,{t})": (proc[t][0] - mix[t][0], math.hypot(proc[t][1], mix[t][1]))
-        for t in results.meta.ts
-    }
-    measures: dict[str, Measure] = {
-        "single-step optimal rate": lambda a: a.decision.optimal,
-        "success after an error": lambda a: a.recovery.after_error,
-    }
-    for m, p in measures.items():
-        a, b = rate_stat(results, arms["process"], p), rate_stat(results, arms["budgetmix"], p)
-        diffs[m] = (a[0] - b[0], math.hypot(a[1], b[1]))
-    gains = [k for k, (d, se) in diffs.items() if d > Z * se]
-    losses = [k for k, (d, se) in diffs.items() if d < -Z * se]
-    text = (
-        f"gains beyond 2 stderr: {', '.join(gains) or 'none'}; "
-        f"losses beyond 2 stderr: {', '.join(losses) or 'none'}"
-    )
-    return ProcessSupervision(True, text, diffs)
-
-
-def analyse(task: str, results_path: Path, arms: dict[str, list[str]]) -> TaskFindings:
-    """Every claim's numbers and verdict for one task of the study."""
-    results = load_results(results_path)
-    main = {a: v for a, v in arms.items() if a != "process"}  # (b), (c), (d)
-    return TaskFindings(
-        results=results,
-        solvable=solvable_fraction(task, results.meta.seeds, results.meta.ts),
-        budget=budget_dependence(results, main),
-        where=where_rl_helps(results, arms),
-        robust=robustness(results, main),
-        process=process_supervision(results, arms),
-    )

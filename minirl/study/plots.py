@@ -1,10 +1,11 @@
 """The study's own plots, one pair per task (the per-task evaluation plots: minirl.eval.plots).
 
-- gap_<task>.png: Pass@(1,T) of each RL arm minus base, against T, with a ±1 stderr band, and
-  the share of instances solvable within T on a second axis (a gap cannot exist where no policy
-  can succeed);
-- where_<task>.png: per RL arm, the change against base in single-step optimal-action rate, in
-  P(success | >= 1 error) and in success on the longest horizons, with ±1 stderr bars.
+- gap_<task>.png: Pass@(1,T) of each RL arm minus base, against T, with a ±1 stderr band; the
+  null (what the arm's single-step gain alone buys at T, dashed); and the oracle's success at T
+  on a second axis (no policy can do better, so a gap cannot exist where it is 0);
+- where_<task>.png: per RL arm, the change against base in the optimal-action rate on fresh
+  states and on post-error states (the same scale), and in success from the post-error states,
+  with ±1 stderr bars.
 """
 
 from __future__ import annotations
@@ -21,12 +22,11 @@ from minirl.study.claims import TaskFindings  # noqa: E402
 
 
 def gap_plot(task: str, found: TaskFindings, path: Path) -> Path:
-    gaps = found.budget.gaps
     ts = found.results.meta.ts
     fig, ax = plt.subplots(figsize=(6, 3.6))
-    for arm, gap in gaps.items():
-        mean = [gap[t][0] for t in ts]
-        se = [gap[t][1] for t in ts]
+    for arm, row in found.budget.items():
+        mean = [row.gap[t].value for t in ts]
+        se = [row.gap[t].se for t in ts]
         (line,) = ax.plot(ts, mean, marker="o", label=f"{arm} − base")
         ax.fill_between(
             ts,
@@ -35,19 +35,21 @@ def gap_plot(task: str, found: TaskFindings, path: Path) -> Path:
             color=line.get_color(),
             alpha=0.15,
         )
+        ax.plot(ts, [row.null[t] for t in ts], linestyle="--", color=line.get_color(), alpha=0.8)
+    ax.plot([], [], linestyle="--", color="black", label="null: single-step gain only")
     ax.axhline(0, color="black", linewidth=0.8)
     ax.set_xlabel("turn budget T at evaluation")
     ax.set_ylabel("gap in Pass@(1,T)")
     twin = ax.twinx()
     twin.plot(
         ts,
-        [found.solvable[t] for t in ts],
+        [found.ceiling[t][0] for t in ts],
         color="gray",
         linestyle=":",
-        label="solvable within T",
+        label="oracle's success within T",
     )
     twin.set_ylim(0, 1.05)
-    twin.set_ylabel("share of instances solvable within T", color="gray")
+    twin.set_ylabel("oracle's success within T", color="gray")
     handles = ax.get_legend_handles_labels()
     extra = twin.get_legend_handles_labels()
     ax.legend(handles[0] + extra[0], handles[1] + extra[1], fontsize=7, loc="upper left")
@@ -60,21 +62,24 @@ def gap_plot(task: str, found: TaskFindings, path: Path) -> Path:
 
 
 def where_plot(task: str, found: TaskFindings, path: Path) -> Path:
-    deltas = found.where.deltas
-    measures = list(next(iter(deltas.values())))
+    measures = {
+        "optimal rate,\nfresh states": lambda r: r.step,
+        "optimal rate,\npost-error states": lambda r: r.post_step,
+        "success from\npost-error states": lambda r: r.post_success,
+    }
+    rows = found.where
     fig, ax = plt.subplots(figsize=(7, 3.6))
-    width = 0.8 / max(1, len(deltas))
-    for i, (arm, d) in enumerate(deltas.items()):
-        xs = [m + (i - (len(deltas) - 1) / 2) * width for m in range(len(measures))]
-        values = [0.0 if math.isnan(d[m][0]) else d[m][0] for m in measures]
-        errors = [0.0 if math.isnan(d[m][1]) else d[m][1] for m in measures]
+    width = 0.8 / max(1, len(rows))
+    for i, (arm, row) in enumerate(rows.items()):
+        xs = [m + (i - (len(rows) - 1) / 2) * width for m in range(len(measures))]
+        picked = [pick(row) for pick in measures.values()]
+        values = [0.0 if math.isnan(e.value) else e.value for e in picked]
+        errors = [0.0 if math.isnan(e.se) else e.se for e in picked]
         ax.bar(xs, values, width, yerr=errors, capsize=3, label=arm)
     ax.axhline(0, color="black", linewidth=0.8)
-    ax.set_xticks(range(len(measures)), [m.replace(", ", ",\n") for m in measures], fontsize=8)
+    ax.set_xticks(range(len(measures)), list(measures), fontsize=8)
     ax.set_ylabel("change against base")
-    ax.set_title(
-        f"Where does RL help? {task} (T={found.results.meta.analysis_budget})", fontsize=10
-    )
+    ax.set_title(f"Where does RL help? {task}: the same states for every arm", fontsize=10)
     ax.legend(fontsize=7)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()

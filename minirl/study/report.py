@@ -1,13 +1,15 @@
 """Write the study's report.md: one section per claim of the paper, every sentence chosen by a rule.
 
-The numbers and verdicts come from minirl.study.claims (`analyse`, one `TaskFindings` per task);
-the plots from minirl.study.plots. This module only lays them out as Markdown:
-    verdicts at a glance  -> one row per task, claim and arm
-    1. budget dependence  -> base Pass@(1,T), each arm's gap against base, the solvable share
-    2. where RL helps     -> base rates and each arm's change in them
-    3. robustness         -> mean, worst case and regret of each arm over T
-    4. process rewards    -> the process arm against BudgetMix, where it was run
-and ends with links to every results file and heatmap, and the time each part took.
+The numbers and tests come from minirl.study.claims (`analyse` per task, then `adjust` over the
+whole study, so every verdict carries its Holm-adjusted p); the planned power from
+minirl.study.power; the plots from minirl.study.plots. This module only lays them out:
+    power                 -> the planned standard errors and detectable effects, with assumptions
+    verdicts at a glance  -> one row per test: statistic, adjusted p, detectable effect, shown?
+    1. budget dependence  -> ceiling, base Pass@(1,T), each arm's gap and null
+    2. where RL helps     -> fresh and post-error rates, their changes, by kind of error
+    3. robustness         -> BudgetMix's lead over each fixed arm, per T
+    4. process rewards    -> the process arm against BudgetMix
+and ends with links to every results file and the time each part took.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from minirl.study.claims import TaskFindings, analyse, curve, signed
+from minirl.study.bootstrap import Estimate
+from minirl.study.claims import ALPHA, REPLICATES, TaskFindings, Test, adjust, analyse
+from minirl.study.power import plan
 from minirl.study.run import StudyRecord, study_seeds
 
 
@@ -25,50 +29,111 @@ def fmt(x: float, se: float | None = None) -> str:
     return f"{x:.3f}" if se is None or math.isnan(se) else f"{x:.3f} ± {se:.3f}"
 
 
+def est(e: Estimate, signed: bool = True) -> str:
+    return e.text() if signed else fmt(e.value, e.se)
+
+
 def table(header: list[str], rows: list[list[str]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return lines + ["| " + " | ".join(r) + " |" for r in rows]
 
 
-def intro(study: StudyRecord, command: str) -> list[str]:
+def verdict(test: Test, what: str) -> str:
+    """The sentence a test's numbers choose."""
+    numbers = f"{test.estimate.text()}, adjusted p = {test.adjusted:.3f}"
+    if math.isnan(test.estimate.value):
+        return f"undetermined for {test.arm}: {what} has no cases"
+    if test.shown:
+        return f"**shown** for {test.arm}: {what} is {numbers}"
+    if test.opposite:
+        return f"**the opposite** for {test.arm}: {what} is {numbers}"
+    return (
+        f"not shown for {test.arm}: {what} is {numbers}; the study could have detected "
+        f"{test.detectable:.3f} (80% power)"
+    )
+
+
+def intro(study: StudyRecord, command: str, family: int) -> list[str]:
     args = study.args
     seeds = study_seeds(args)
     return [
-        "# The study: what does multi-turn RL improve, on toy tasks?",
+        "# The study, second edition: what does multi-turn RL improve, on toy tasks?",
         "",
-        f"Produced by `{command}` at commit {study.commit}, in "
-        f"{study.timings['total_seconds'] / 60:.1f} minutes (training runs reused from an "
-        "earlier invocation count as 0).",
+        f"Produced by `{command}` at commit {study.commit}. This invocation took "
+        f"{study.timings['total_seconds'] / 60:.1f} minutes; what it reused from an earlier "
+        "one (status `reused` at the end) took the seconds listed there when it ran.",
         "",
         f"Arms: (a) base; (b) fixed-T{args.generous}; (c) fixed-T{args.tight}; (d) BudgetMix "
         f"T in [{args.budget_min}, {args.budget_max}]"
-        + ("; (e) process: BudgetMix with process reward" if args.process else "")
+        + ("; (e) process: BudgetMix with the per-turn process reward" if args.process else "")
         + f". {args.max_steps} steps each, {args.tasks_per_step} instances x "
         f"G={args.num_generations} per step, training seeds {', '.join(map(str, seeds))}. "
         f"Evaluation: {args.instances} held-out instances, n={args.n} episodes per instance and "
-        "T, budget visible, every arm on the same instances and sampling seed.",
+        f"T, budget visible; {args.decision_states} fresh and up to {args.recovery_states} "
+        f"post-error states drawn once from base episodes, {args.decision_samples} samples per "
+        "state and arm. Every arm plays the same instances and states from the same sampling "
+        "seed.",
         "",
-        "Uncertainties are ± 1 standard error over instances"
-        + (
-            " plus the spread over training seeds."
-            if len(seeds) > 1
-            else "; with one training seed there is no seed spread, so a difference of a few "
-            "hundredths is not a finding."
-        ),
+        f"Uncertainty: a paired bootstrap ({REPLICATES} replicates) that resamples instances "
+        "(with all their episodes and states) once for all arms, and each arm's training runs "
+        "(minirl/study/bootstrap.py). ± is one bootstrap standard error. Every verdict is a "
+        f"one-sided test (two-sided for process supervision) whose p-value is Holm-adjusted "
+        f"over all {family} tests of this report; **shown** means adjusted p < {ALPHA}.",
+        "",
+    ]
+
+
+def power_section(study: StudyRecord, found: dict[str, TaskFindings], family: int) -> list[str]:
+    args = study.args
+    f = next(iter(found.values()))
+    post = min(len(x.results.meta.post_error_states) for x in found.values())
+    planned = plan(
+        instances=args.instances,
+        n=args.n,
+        ts=list(f.results.meta.ts),
+        fresh_states=args.decision_states,
+        post_states=max(post, 1),
+        samples=args.decision_samples,
+        seeds=len(study_seeds(args)),
+        family=family,
+    )
+    rows = [[p.statistic, p.scale, f"{p.se:.3f}", f"{p.detectable:.3f}"] for p in planned]
+    achieved: dict[str, list[float]] = {}
+    for x in found.values():
+        for t in x.tests():
+            achieved.setdefault(t.claim, []).append(t.estimate.se)
+    return [
+        "## Power",
+        "",
+        "Planned from the sizes above (minirl/study/power.py), assuming rates near 0.5, an "
+        "intra-instance correlation of 0.3 and a seed spread of 0.05, with the family's "
+        f"Bonferroni level {ALPHA}/{family}. The detectable effect has 80% power:",
+        "",
+        *table(["statistic", "scale", "planned SE", "detectable"], rows),
+        "",
+        "Achieved bootstrap SEs (median over tasks and arms): "
+        + ", ".join(f"{claim} {sorted(v)[len(v) // 2]:.3f}" for claim, v in achieved.items())
+        + ". Each verdict below states the effect its own SE could have detected.",
         "",
     ]
 
 
 def glance(found: dict[str, TaskFindings]) -> list[str]:
-    yes = {True: "yes", False: "no"}
     rows = []
     for task, f in found.items():
-        for arm, v in f.budget.verdicts.items():
-            rows.append([task, "1. budget dependence", arm, yes[v.shown]])
-        for arm, v in f.where.verdicts.items():
-            rows.append([task, "2. where RL helps", arm, yes[v.shown]])
-        rows.append([task, "3. BudgetMix robustness", "budgetmix", yes[f.robust.verdict.shown]])
-    header = ["task", "claim", "arm", "shown on this run?"]
+        for t in f.tests():
+            rows.append(
+                [
+                    task,
+                    t.claim,
+                    t.arm,
+                    t.estimate.text(),
+                    f"{t.adjusted:.3f}",
+                    f"{t.detectable:.3f}",
+                    "**yes**" if t.shown else ("opposite" if t.opposite else "no"),
+                ]
+            )
+    header = ["task", "claim", "arm", "statistic", "adjusted p", "detectable", "shown?"]
     return ["## Verdicts at a glance", "", *table(header, rows), ""]
 
 
@@ -76,51 +141,77 @@ def budget_section(found: dict[str, TaskFindings], plots: dict[str, dict[str, st
     lines = [
         "## 1. Budget dependence",
         "",
-        "The paper: the advantage of trajectory-level RL over the base model depends on a "
-        "sufficient turn budget, and shrinks when budgets tighten. Gap = Pass@(1,T) of the "
-        "arm minus that of base.",
+        "The paper: the advantage of trajectory-level RL over the base model needs a sufficient "
+        "turn budget, and shrinks when budgets tighten. Gap = Pass@(1,T) of the arm minus base. "
+        "A gain in single-step quality alone already makes the gap grow with T (it compounds, "
+        "and a tight T caps every policy at the oracle's ceiling), so each gap is set against "
+        "its null: what the arm's single-step gain on the fresh states, carried through the "
+        "turns by a simulated policy on the real task, buys at T (minirl/study/simulate.py). "
+        "The statistic is the growth of gap − null from the smallest to the largest T.",
         "",
     ]
     for task, f in found.items():
         ts = f.results.meta.ts
-        base = curve(f.results, ["base"])
-        rows = [["base Pass@(1,T)"] + [fmt(*base[t][:2]) for t in ts]]
-        rows += [
-            [f"gap {arm}"] + [signed(*gap[t]) for t in ts] for arm, gap in f.budget.gaps.items()
-        ]
-        rows.append(["instances solvable within T"] + [f"{f.solvable[t]:.2f}" for t in ts])
+        rows = [["oracle's success (ceiling)"] + [fmt(*f.ceiling[t]) for t in ts]]
+        rows.append(["base Pass@(1,T)"] + [est(f.pass1["base"][t], False) for t in ts])
+        for arm, row in f.budget.items():
+            rows.append([f"gap {arm}"] + [est(row.gap[t]) for t in ts])
+            rows.append([f"null {arm}"] + [f"{row.null[t]:+.3f}" for t in ts])
         lines += [f"### {task}", "", *table(["", *[f"T={t}" for t in ts]], rows), ""]
-        lines += [f"- {v.text}." for v in f.budget.verdicts.values()]
+        for row in f.budget.values():
+            lines.append(
+                f"- {verdict(row.test, 'the growth of the excess gain')} (single-step gain "
+                f"{row.step_gain.text()} in log-odds)."
+            )
         lines += ["", f"![gap against T]({plots[task]['gap']})", ""]
     return lines
 
 
-def where_section(
-    found: dict[str, TaskFindings], plots: dict[str, dict[str, str]], decision_states: int
-) -> list[str]:
+def where_section(found: dict[str, TaskFindings], plots: dict[str, dict[str, str]]) -> list[str]:
     lines = [
         "## 2. Where RL helps",
         "",
-        "The paper: RL does not uniformly raise single-step decision quality; its strength "
-        "is error recovery and long-horizon resilience. Single-step quality is measured on "
-        f"{decision_states} states sampled once from the base policy and shared by "
-        "every arm; recovery and horizon at the largest evaluated T. An error is any "
-        "non-optimal action.",
+        "The paper: RL does not uniformly raise single-step decision quality; its strength is "
+        "error recovery. Both are asked of every arm in the same fixed states: fresh states "
+        "(no error in their history) for single-step quality, and the states just after a "
+        "base-policy error for recovery (minirl/eval/recovery.py). A policy that only gains "
+        "single-step quality gains the same log-odds in both; the test is whether the "
+        "post-error gain is larger. Success from the post-error states within the turns left "
+        "is reported beside it (it compounds single-step gains, so no verdict reads it).",
         "",
     ]
+    names = {"step": "optimal, fresh", "post_step": "optimal, post-error"}
+    names["post_success"] = "success from post-error"
     for task, f in found.items():
-        w = f.where
-        rows = [["base", *[fmt(*w.base[m]) for m in w.base]]]
-        rows += [
-            [f"Δ {arm}", *[signed(*d) for d in deltas.values()]] for arm, deltas in w.deltas.items()
-        ]
-        lines += [f"### {task}", "", *table(["", *w.base], rows), ""]
-        lines += [f"- {v.text}." for v in w.verdicts.values()]
-        lines += [
-            "",
-            f"![where RL helps]({plots[task]['where']}) ![behaviour]({task}/behaviour.png)",
-            "",
-        ]
+        base = f.rates["base"]
+        rows = [["base", *[est(base[k], False) for k in names]]]
+        for arm, row in f.where.items():
+            rows.append([f"Δ {arm}", est(row.step), est(row.post_step), est(row.post_success)])
+        kinds = ", ".join(f"{k} {v}" for k, v in f.kinds.items()) or "none"
+        lines += [f"### {task}", "", *table(["", *names.values()], rows), ""]
+        lines += [f"Post-error states by kind of error: {kinds}.", ""]
+        if len(f.kinds) > 1:
+            header = ["Δ success from post-error", *f.kinds]
+            kind_rows = [
+                [arm, *[est(row.by_kind[k]) for k in f.kinds]] for arm, row in f.where.items()
+            ]
+            lines += [*table(header, kind_rows), ""]
+        for row in f.where.values():
+            lines.append(f"- {verdict(row.test, 'dlogit(post-error) − dlogit(fresh)')}.")
+        old = f.results.checkpoints
+        lines.append(
+            "- For comparison, the first edition's \"success after an error\" over each arm's "
+            "own episodes (a selected set; lesson 7): base "
+            + fmt(old["base"].analysis.recovery.after_error.rate)
+            + "; "
+            + ", ".join(
+                f"{label} {fmt(old[label].analysis.recovery.after_error.rate)}"
+                for label in old
+                if label != "base"
+            )
+            + "."
+        )
+        lines += ["", f"![where RL helps]({plots[task]['where']})", ""]
     return lines
 
 
@@ -129,53 +220,50 @@ def robustness_section(found: dict[str, TaskFindings]) -> list[str]:
         "## 3. BudgetMix robustness",
         "",
         "The paper: varying the budget during training gives robust performance across "
-        "execution budgets. Regret = the largest shortfall from the best arm at any T.",
+        "execution budgets. Lead = BudgetMix's Pass@(1,T) minus a fixed arm's, per T and "
+        "averaged over T. Shown when BudgetMix leads every fixed arm.",
         "",
     ]
-    header = ["arm", "mean Pass@(1,T)", "worst Pass@(1,T)", "regret"]
     for task, f in found.items():
+        if not f.robust:
+            lines += [f"- {task}: no BudgetMix arm.", ""]
+            continue
+        ts = f.results.meta.ts
         rows = [
-            [
-                arm,
-                f"{r.mean:.3f}",
-                f"{r.worst:.3f} (T={r.worst_t})",
-                f"{r.regret:.3f} (T={r.regret_t})",
-            ]
-            for arm, r in f.robust.table.items()
+            [arm, est(row.lead), *[est(row.per_t[t]) for t in ts]] for arm, row in f.robust.items()
         ]
+        header = ["BudgetMix against", "mean lead", *[f"T={t}" for t in ts]]
         lines += [f"### {task}", "", *table(header, rows), ""]
-        lines += [
-            f"- {f.robust.verdict.text}.",
-            "",
-            f"![Pass@(K,T) curves]({task}/passkt_curves.png)",
-            "",
-        ]
+        every = all(row.test.shown for row in f.robust.values())
+        lines.append(
+            f"- {'**shown**' if every else 'not shown'}: BudgetMix leads "
+            + ("every" if every else "not every")
+            + " fixed arm beyond noise."
+        )
+        lines += [f"- {verdict(row.test, 'the mean lead')}." for row in f.robust.values()]
+        lines += ["", f"![Pass@(K,T) curves]({task}/passkt_curves.png)", ""]
     return lines
 
 
 def process_section(found: dict[str, TaskFindings]) -> list[str]:
     lines = ["## 4. Process supervision", ""]
     for task, f in found.items():
-        p = f.process
-        lines.append(f"- {task}: process arm against BudgetMix (outcome reward): {p.text}.")
-        if p.run:
-            lines.append(
-                "  Differences (process − budgetmix): "
-                + ", ".join(f"{k} {signed(*d)}" for k, d in p.diffs.items())
-            )
+        if not f.process:
+            lines.append(f"- {task}: not run (pass --process true to add the process arm).")
+            continue
+        for name, test in f.process.items():
+            lines.append(f"- {task}: {verdict(test, f'process − budgetmix in {name}')}.")
     return [*lines, ""]
 
 
-def files_section(study: StudyRecord, root: Path) -> list[str]:
+def files_section(study: StudyRecord) -> list[str]:
     lines = ["## Files", ""]
     for task in study.tasks:
-        heatmaps = sorted(p.name for p in (root / task).glob("heatmap_*.png"))
-        lines.append(
-            f"- {task}: [results.json]({task}/results.json), "
-            + ", ".join(f"[{h}]({task}/{h})" for h in heatmaps)
-        )
+        lines.append(f"- {task}: [results.json]({task}/results.json)")
     timing = ", ".join(
-        f"{k} {v['seconds']:.0f} s" for k, v in study.timings.items() if isinstance(v, dict)
+        f"{k} {v['seconds']:.0f} s" + (" (reused)" if v.get("status") == "reused" else "")
+        for k, v in study.timings.items()
+        if isinstance(v, dict)
     )
     return [*lines, "", f"Timings: {timing}.", ""]
 
@@ -187,11 +275,11 @@ def write_report(study: StudyRecord, root: Path, command: str) -> Path:
     found = {
         task: analyse(task, root / entry.results, entry.arms) for task, entry in study.tasks.items()
     }
+    family = len(adjust(found))
     plots = study_plots.draw(found, root)
-    lines = intro(study, command) + glance(found)
-    lines += budget_section(found, plots)
-    lines += where_section(found, plots, study.args.decision_states)
-    lines += robustness_section(found) + process_section(found) + files_section(study, root)
+    lines = intro(study, command, family) + power_section(study, found, family) + glance(found)
+    lines += budget_section(found, plots) + where_section(found, plots)
+    lines += robustness_section(found) + process_section(found) + files_section(study)
     path = root / "report.md"
     path.write_text("\n".join(lines))
     return path

@@ -7,8 +7,11 @@ For every task it trains (where a finished run is not already there) and then ev
     (d) budgetmix   BudgetMix GRPO, T drawn per group from [budget_min, budget_max]
     (e) process     (optional) BudgetMix with the per-turn process reward
 one run per arm and training seed. All arms of a task are evaluated in one `compare` call, so they
-play identical held-out instances from the same sampling seed, and the single-step states come
-from the base policy. The record of what ran is `StudyRecord` (study.json); minirl.study.claims
+play identical held-out instances from the same sampling seed, and the fixed states (fresh and
+post-error) come from the base policy. With `--jobs J` the runs, and then the tasks'
+evaluations, go J at a time, each in its own process with cores / J threads: torch's CPU kernels
+gain little from a second thread at tiny's size, while two processes use both cores fully.
+The record of what ran is `StudyRecord` (study.json); minirl.study.claims
 and minirl.study.report turn the results into report.md, where no conclusion is written by hand.
 """
 
@@ -16,8 +19,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import multiprocessing
+import os
 import subprocess
 import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -145,46 +152,129 @@ def git_commit() -> str:
         return "unknown"
 
 
-def run_study(args: StudyArgs, progress: bool = True) -> StudyRecord:
-    """Train what is missing, evaluate every task, write per-task results and study.json."""
+def _threads(jobs: int) -> None:
+    import torch
+
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // jobs))
+
+
+def _timed_train(cfg: Config, progress: bool) -> tuple[str, float]:
+    t0 = time.perf_counter()
+    status = train_missing(cfg, progress)
+    return status, 0.0 if status == "reused" else round(time.perf_counter() - t0, 1)
+
+
+def _timed_eval(args: EvalArgs, progress: bool) -> float:
     from minirl.eval.compare import compare, write_outputs
 
+    t0 = time.perf_counter()
+    write_outputs(compare(args, progress=progress), args.output)
+    return round(time.perf_counter() - t0, 1)
+
+
+def _map(fn: Callable, items: list, jobs: int, progress: bool) -> list:
+    """fn(item, progress) for every item: in this process, or `jobs` at a time in others."""
+    if jobs == 1:
+        return [fn(item, progress) for item in items]
+    # A fresh interpreter per worker ("spawn"): forking a process that holds torch threads can
+    # deadlock. Progress bars from several processes would interleave, so workers run quietly.
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(
+        jobs, mp_context=context, initializer=_threads, initargs=(jobs,)
+    ) as pool:
+        return list(pool.map(fn, items, [False] * len(items)))
+
+
+def eval_args(args: StudyArgs, task: str, labels: dict[str, str], root: Path) -> EvalArgs:
+    """The one evaluation of a task: every arm on the same instances, states and seed."""
+    return EvalArgs(
+        checkpoints=",".join(f"{label}={path}" for label, path in labels.items()),
+        task=task,
+        model=args.model,
+        k=args.k,
+        t=args.t,
+        n=args.n,
+        instances=args.instances,
+        seed=args.eval_seed,
+        decision_states=args.decision_states,
+        recovery_states=args.recovery_states,
+        decision_samples=args.decision_samples,
+        state_episodes=args.state_episodes,
+        output=str(root / task),
+    )
+
+
+def evaluated(args: StudyArgs, path: Path, labels: list[str]) -> bool:
+    """Whether `path` already holds this task's evaluation under these arguments (then a rerun,
+    e.g. after a crash in the report, reuses it instead of evaluating for minutes again)."""
+    from minirl.eval.results import load_results
+
+    if not path.is_file():
+        return False
+    try:
+        found = load_results(path)
+    except (ValueError, KeyError, TypeError):
+        return False  # unreadable or from an older layout: evaluate again
+    meta = found.meta
+    return (
+        list(found.checkpoints) == labels
+        and len(meta.seeds) == args.instances
+        and meta.n == args.n
+        and meta.seed == args.eval_seed
+        and meta.ts == [int(t) for t in args.t.split(",")]
+        and meta.ks == [int(k) for k in args.k.split(",")]
+        and meta.decision_samples == args.decision_samples
+        and all(entry.successes for entry in found.checkpoints.values())
+    )
+
+
+def run_study(args: StudyArgs, progress: bool = True) -> StudyRecord:
+    """Train what is missing, evaluate every task, write per-task results and study.json."""
     validate_study(args)
     seeds = study_seeds(args)
     root = Path(args.output)
     root.mkdir(parents=True, exist_ok=True)
     # Taken when the study starts: code changed while it runs would not be the code it measured.
     study = StudyRecord(args=dataclasses.replace(args), commit=git_commit())
+    # What an earlier invocation did and reuses now keeps the seconds it took then.
+    before = load_study(root / "study.json").timings if (root / "study.json").is_file() else {}
+
+    def took(key: str, seconds: float) -> float:
+        return before.get(key, {}).get("seconds", seconds) if seconds == 0 else seconds
+
     started = time.perf_counter()
-    for task in [t.strip() for t in args.tasks.split(",") if t.strip()]:
-        labels = {"base": "base"}
-        for arm in arms(args):
-            for seed in seeds:
-                label = run_label(arm, seed, seeds)
-                out = root / task / "runs" / label
-                t0 = time.perf_counter()
-                status = train_missing(arm_config(args, task, arm, seed, out), progress)
-                study.timings[f"{task}/{label}"] = {
-                    "seconds": round(time.perf_counter() - t0, 1),
-                    "status": status,
-                }
-                labels[label] = str(out)
-        t0 = time.perf_counter()
-        eval_args = EvalArgs(
-            checkpoints=",".join(f"{label}={path}" for label, path in labels.items()),
-            task=task,
-            model=args.model,
-            k=args.k,
-            t=args.t,
-            n=args.n,
-            instances=args.instances,
-            seed=args.eval_seed,
-            decision_states=args.decision_states,
-            output=str(root / task),
+    names = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    runs = [
+        (
+            task,
+            run_label(arm, seed, seeds),
+            arm_config(args, task, arm, seed, root / task / "runs" / run_label(arm, seed, seeds)),
         )
-        results = compare(eval_args, progress=progress)
-        write_outputs(results, root / task)
-        study.timings[f"{task}/evaluation"] = {"seconds": round(time.perf_counter() - t0, 1)}
+        for task in names
+        for arm in arms(args)
+        for seed in seeds
+    ]
+    for (task, label, _), (status, seconds) in zip(
+        runs, _map(_timed_train, [cfg for *_, cfg in runs], args.jobs, progress), strict=True
+    ):
+        key = f"{task}/{label}"
+        study.timings[key] = {"seconds": took(key, seconds), "status": status}
+    evaluations = {}
+    for task in names:
+        labels = {"base": "base"}
+        labels |= {label: cfg.output_dir for t, label, cfg in runs if t == task}
+        retrained = any(
+            study.timings[f"{t}/{label}"]["status"] != "reused" for t, label, _ in runs if t == task
+        )
+        if retrained or not evaluated(args, root / task / "results.json", list(labels)):
+            evaluations[task] = eval_args(args, task, labels, root)
+        else:
+            key = f"{task}/evaluation"
+            study.timings[key] = {"seconds": took(key, 0), "status": "reused"}
+    done = _map(_timed_eval, list(evaluations.values()), args.jobs, progress)
+    for task, seconds in zip(evaluations, done, strict=True):
+        study.timings[f"{task}/evaluation"] = {"seconds": seconds, "status": "evaluated"}
+    for task in names:
         study.tasks[task] = StudyTask(
             results=f"{task}/results.json",
             arms={a.name: [run_label(a, s, seeds) for s in seeds] for a in arms(args)},
