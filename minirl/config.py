@@ -405,6 +405,11 @@ class StudyArgs:
         default=4, help="Base episodes per instance that the fixed states are drawn from."
     )
     eval_seed: Seed = HfArg(default=0, help="Sampling seed of every evaluation.")
+    validation_reps: Count = HfArg(
+        default=20,
+        help="Simulated studies with known skills that the report puts through its own verdict "
+        "rules, to state their error rates (minirl.study.validate; ~5 s each).",
+    )
     jobs: Count = HfArg(
         default=1,
         help="Training runs (and task evaluations) at once, each in its own process with "

@@ -219,9 +219,22 @@ class Env:
         only = "nothing else" if any(" " in a for a in self.action_words) else "one word only"
         return f"Each turn, reply with {self.answer_hint}, {only}, for example: Action: {example}"
 
+    def reminder(self) -> str:
+        """The natural observations' last sentence: the format again, where the model reads last.
+
+        Measured with smollm2 on gridnav's held-out seeds: with the format stated only in the
+        system prompt, the share of invalid replies grew with the turns (0.50 at T=4, 0.57 at
+        T=12) as the rules fell further behind in the conversation; the README has the figures
+        with this sentence.
+        """
+        only = "nothing else" if any(" " in a for a in self.action_words) else "one word only"
+        return f"Reply with a single action, {only}."
+
     def observe(self) -> str:
         """The current state, in this env's text."""
-        return self._observe_natural() if self.natural else self._observe()
+        if self.natural:
+            return f"{self._observe_natural()} {self.reminder()}"
+        return self._observe()
 
     def reset(self, seed: int) -> str:
         # A string seed is hashed with sha512 by random.Random, so instances do not depend on
@@ -248,7 +261,7 @@ class Env:
                     "Your reply did not name exactly one action, so this turn was lost. "
                     f"Reply with {self.answer_hint}. "
                 )
-                return Step(said + self._observe_natural(), 0.0, False, info)
+                return Step(said + self.observe(), 0.0, False, info)
             return Step("invalid action . " + self._observe(), 0.0, False, info)
         # The optimal flag must judge the state the action was chosen in, so ask before moving.
         optimal = action in self._oracle_actions()
@@ -259,6 +272,8 @@ class Env:
         if self.natural and not outcome.natural:  # a task must say every outcome both ways
             raise NotImplementedError(f"{self.name}: this outcome has no natural text")
         text = outcome.natural if self.natural else outcome.observation
+        if self.natural and not self._done:
+            text = f"{text} {self.reminder()}"
         return Step(text, 1.0 if success else 0.0, self._done, info)
 
     def optimal_actions(self) -> set[str]:

@@ -9,10 +9,11 @@ How each kind of block is executed:
   * `python train.py ...` gets ` --steps 2 --eval_seeds 8 --tasks_per_step 2
     --overwrite_output_dir` appended (argparse keeps the last value of a flag), so a documented
     60-step run takes seconds; everything else on the line is used as written.
-  * `python evaluate.py ...` gets `--instances 4 --decision_states 16 --bootstrap 100`
-    appended, and `python evaluate.py --study ...` gets a toy size (2 training steps, one
-    seed, 4 instances, T in {2, 4}, gridnav only; tests/test_study.py runs two seeds), so
-    documented real-size evaluations take seconds.
+  * `python evaluate.py ...` gets `--instances 4 --decision_states 16 --recovery_states 16
+    --bootstrap 100` appended, and `python evaluate.py --study ...` gets a toy size (2
+    training steps, one seed, 4 instances, 8 fixed states of each kind, T in {2, 4}, gridnav
+    only, one simulated study for the rules' check; tests/test_study_run.py runs two seeds),
+    so documented real-size evaluations take seconds.
   * `python -m minirl.tools.bench ...` gets a toy size appended (T in {2, 4}, 4 episodes, no timed
     training steps, one 4-episode memory step per backend on tiny; tests/test_tools_bench.py
     times the steps).
@@ -53,7 +54,10 @@ TUTORIALS = sorted((ROOT / "tutorials").glob("0*.md"))  # the lessons, in order
 # Everything else in tutorials/ (the assignments README, the study report) runs too.
 DOCS = [*sorted((ROOT / "tutorials").rglob("*.md")), ROOT / "README.md"]
 CAP = ["--steps", "2", "--eval_seeds", "8", "--tasks_per_step", "2", "--overwrite_output_dir"]
-EVAL_CAP = ["--instances", "4", "--decision_states", "16", "--bootstrap", "100"]
+EVAL_CAP = [
+    *("--instances", "4", "--decision_states", "16", "--recovery_states", "16"),
+    *("--bootstrap", "100"),
+]
 STUDY_CAP = [
     "--tasks",
     "gridnav",
@@ -73,6 +77,12 @@ STUDY_CAP = [
     "2,4",
     "--decision_states",
     "8",
+    "--recovery_states",
+    "8",
+    "--state_episodes",
+    "2",
+    "--validation_reps",
+    "1",
     "--seeds",
     "0",
 ]
@@ -259,5 +269,5 @@ def test_command_rewrites() -> None:
 @pytest.mark.parametrize("path", DOCS, ids=[str(p.relative_to(ROOT)) for p in DOCS])
 def test_document_runs(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ran = run_document(path, scratch_root(tmp_path), monkeypatch)
-    if path.name != "study-results.md":  # a generated report: tables and plots, no code
+    if path.name != "report.md":  # the study's generated report: tables and plots, no code
         assert ran, f"{path.name} has no executable blocks"

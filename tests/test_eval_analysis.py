@@ -72,3 +72,41 @@ def test_decision_states_are_exact_conversation_prefixes(quick_policy) -> None:
         text = tok.decode(s.prompt_ids)
         assert tok.decode(expected_obs["input_ids"]) in text
         assert text.rstrip().endswith("assistant")
+
+
+def test_post_error_states_end_just_after_the_first_error_and_name_its_kind(quick_policy) -> None:
+    from minirl.eval.analysis import error_free
+    from minirl.eval.recovery import KINDS, post_error_states, recover
+
+    model, tok = quick_policy
+    episodes = sweep(model, tok, "fog", [6], SEEDS, 3, budget_visible=True)[6]
+    states, kinds = post_error_states(episodes, 12, seed=1)
+    assert (states, kinds) == post_error_states(episodes, 12, seed=1)  # deterministic
+    assert states and len(states) == len(kinds) and set(kinds) <= set(KINDS)
+    by_key = {(e.seed, tuple(t.reply for t in e.turns)): e for e in episodes}
+    for state, kind in zip(states, kinds, strict=True):
+        j = len(state.replies)  # the error was reply j (1-based): the state ends just after it
+        e = next(e for (s, r), e in by_key.items() if s == state.seed and r[:j] == state.replies)
+        assert error_free(e, j - 1) and not e.turns[j - 1].optimal and j < e.turns_used
+        # Its kind is what the env said of that action, replayed from the start.
+        env = tasks.make("fog")
+        env.reset(state.seed)
+        for reply in state.replies[:-1]:
+            env.step(reply)
+        info = env.step(state.replies[-1]).info
+        turn = e.turns[j - 1]
+        expected = (
+            "invalid"
+            if not turn.valid
+            else info.get("error") or ("avoidable" if turn.mistake else "detour")
+        )
+        assert kind == expected
+        # The conversation is the episode's, exactly, up to the next assistant reply.
+        assert list(state.prompt_ids) == e.input_ids[: len(state.prompt_ids)]
+    # Recovery plays `samples` continuations from each state; its counts add up to its rates.
+    r = recover(model, tok, states, kinds, samples=2)
+    assert len(r.optimal_counts) == len(states) and max(r.success_counts) <= 2
+    assert r.optimal.rate == pytest.approx(sum(r.optimal_counts) / (2 * len(states)))
+    assert r.success.rate == pytest.approx(sum(r.success_counts) / (2 * len(states)))
+    total = sum(rate.count for rate in r.by_kind.values())
+    assert total == 2 * len(states)

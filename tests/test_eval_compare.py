@@ -49,6 +49,7 @@ def eval_args(model: str, checkpoints: str, output: Path, **kw) -> list[str]:
         n=2,
         instances=5,
         decision_states=12,
+        recovery_states=12,
         decision_samples=2,
         bootstrap=50,
         output=str(output),
@@ -116,6 +117,7 @@ def test_every_checkpoint_is_judged_on_the_same_states(
             n=1,
             instances=4,
             decision_states=8,
+            recovery_states=6,
             decision_samples=1,
             bootstrap=0,
             budget_visible=not hidden,
@@ -129,6 +131,14 @@ def test_every_checkpoint_is_judged_on_the_same_states(
     # Same states and seed: the adapter's single-step result does not depend on its company.
     a = both.checkpoints["adapter0"].analysis.decision
     assert a == alone.checkpoints["adapter0"].analysis.decision
+    # The post-error states are the base's, whoever else is compared, and so is recovery from them.
+    assert both.meta.post_error_states == alone.meta.post_error_states
+    assert 0 < len(both.meta.post_error_states) <= 6
+    recovered = both.checkpoints["adapter0"].analysis.from_errors
+    assert recovered == alone.checkpoints["adapter0"].analysis.from_errors
+    assert recovered is not None and len(recovered.optimal_counts) == len(
+        both.meta.post_error_states
+    )
     # Hidden mode is recorded as such.
     assert run("base", hidden=True).meta.mode.startswith("hidden")
 

@@ -22,7 +22,7 @@ def test_toy_study_writes_every_section_and_plot_from_the_data(tmp_path, monkeyp
 
     monkeypatch.setenv("MINIRL_CACHE", str(tmp_path / "cache"))
     model = ensure_tiny(
-        TinyRecipe(max_steps=4, tasks=(("gridnav", 1.0), ("guess", 1.0))), progress=False
+        TinyRecipe(max_steps=4, tasks=(("gridnav", 1.0), ("hilo", 1.0))), progress=False
     ).path
     out = tmp_path / "study"
     flags = [
@@ -30,7 +30,9 @@ def test_toy_study_writes_every_section_and_plot_from_the_data(tmp_path, monkeyp
         "--model",
         str(model),
         "--tasks",
-        "gridnav,guess",
+        "gridnav,hilo",
+        "--seeds",
+        "0,1",
         "--max_steps",
         "2",
         "--tasks_per_step",
@@ -47,8 +49,12 @@ def test_toy_study_writes_every_section_and_plot_from_the_data(tmp_path, monkeyp
         "4",
         "--decision_states",
         "8",
-        "--process",
-        "true",
+        "--recovery_states",
+        "8",
+        "--state_episodes",
+        "2",
+        "--validation_reps",
+        "1",
         "--output",
         str(out),
     ]
@@ -56,18 +62,22 @@ def test_toy_study_writes_every_section_and_plot_from_the_data(tmp_path, monkeyp
     report = (out / "report.md").read_text()
     # The report names the commit study.json recorded when the study started.
     commit = json.loads((out / "study.json").read_text())["commit"]
-    assert commit and f"at commit {commit}, in" in report
+    assert commit and f"at commit {commit}." in report
     for section in (
+        "## Power",
+        "## Verdicts at a glance",
         "## 1. Budget dependence",
         "## 2. Where RL helps",
         "## 3. BudgetMix robustness",
         "## 4. Process supervision",
     ):
         assert section in report
-    for task in ("gridnav", "guess"):
+    # One glance row per test: per task 3 budget, 4 recovery, 2 robustness, 3 process.
+    glance = report.split("## Verdicts at a glance")[1].split("## 1.")[0]
+    assert sum(line.startswith(("| gridnav |", "| hilo |")) for line in glance.splitlines()) == 24
+    for task in ("gridnav", "hilo"):
         assert report.count(f"### {task}") == 3
         runs = sorted(p.name for p in (out / task / "runs").iterdir())
-        # The default two training seeds give every arm two runs, labelled by seed.
         arms = ["budgetmix", "fixed-T12", "fixed-T4", "process"]
         assert runs == [f"{arm}-s{seed}" for arm in arms for seed in (0, 1)]
         for run in runs:  # every arm really trained its 2 steps
@@ -81,15 +91,25 @@ def test_toy_study_writes_every_section_and_plot_from_the_data(tmp_path, monkeyp
         assert [float(x.split("±")[0]) for x in row.split("|")[2:-1]] == [
             round(base[t], 3) for t in (2, 4)
         ]
+        # Every arm was asked in the same post-error states, drawn from base episodes.
+        states = res["meta"]["post_error_states"]
+        assert 0 < len(states) <= 8
+        for entry in res["checkpoints"].values():
+            assert len(entry["analysis"]["from_errors"]["optimal_counts"]) == len(states)
     for link in re.findall(r"\]\(([^)]+)\)", report):  # every linked file exists
         assert (out / link).is_file(), link
         if link.endswith(".png"):
             assert (out / link).read_bytes()[:4] == b"\x89PNG"
-    assert {"gap_gridnav.png", "where_guess.png"} <= {p.name for p in out.iterdir()}
-    # A second invocation reuses the finished runs instead of training them again.
+    assert {"gap_gridnav.png", "where_hilo.png"} <= {p.name for p in out.iterdir()}
+    first = json.loads((out / "study.json").read_text())["timings"]
+    # A second invocation reuses the finished runs and evaluations, and keeps their seconds.
     assert evaluate.main(flags) == 0
     timings = json.loads((out / "study.json").read_text())["timings"]
     assert timings["gridnav/budgetmix-s1"]["status"] == "reused"
+    assert timings["hilo/evaluation"] == {
+        "seconds": first["hilo/evaluation"]["seconds"],
+        "status": "reused",
+    }
     assert os.environ["MINIRL_CACHE"] == str(tmp_path / "cache")
 
 

@@ -3,7 +3,8 @@
 The numbers and tests come from minirl.study.claims (`analyse` per task, then `adjust` over the
 whole study, so every verdict carries its Holm-adjusted p); the planned power from
 minirl.study.power; the plots from minirl.study.plots. This module only lays them out:
-    power                 -> the planned standard errors and detectable effects, with assumptions
+    power                 -> the planned standard errors and detectable effects, with assumptions,
+                             and the verdict rules' error rates on simulated policies
     verdicts at a glance  -> one row per test: statistic, adjusted p, detectable effect, shown?
     1. budget dependence  -> ceiling, base Pass@(1,T), each arm's gap and null
     2. where RL helps     -> fresh and post-error rates, their changes, by kind of error
@@ -21,6 +22,7 @@ from minirl.study.bootstrap import Estimate
 from minirl.study.claims import ALPHA, REPLICATES, TaskFindings, Test, adjust, analyse
 from minirl.study.power import plan
 from minirl.study.run import StudyRecord, study_seeds
+from minirl.study.validate import Rates, Skills, verdict_rates
 
 
 def fmt(x: float, se: float | None = None) -> str:
@@ -83,6 +85,26 @@ def intro(study: StudyRecord, command: str, family: int) -> list[str]:
     ]
 
 
+def validation_lines(rates: Rates, task: str, family: int) -> list[str]:
+    """The verdict rules' measured error rates on simulated policies (minirl.study.validate)."""
+    s = Skills()
+    rows = [[name, "no effect", f"{share:.2f}"] for name, share in rates.false_shown.items()]
+    rows += [[name, "real effect", f"{share:.2f}"] for name, share in rates.power.items()]
+    return [
+        f"The rules themselves, checked on {rates.reps} simulated "
+        f"{'study' if rates.reps == 1 else 'studies'} of these sizes on "
+        f"{task} (python -m minirl.study.validate): policies with known skills, base optimal "
+        f"with probability {s.q}, a single-step-only arm (+{s.step} log-odds everywhere), a "
+        f"recovery-only arm (+{s.recovery} after an error only), and BudgetMix either equal "
+        f"to a fixed arm or ahead of it by +{s.lead} everywhere. Share called shown, read at "
+        f"the unadjusted {ALPHA} for no-effect truths (the most Holm can allow one test) and "
+        f"at {ALPHA}/{family} for real effects (the least it rejects):",
+        "",
+        *table(["rule, policy", "truth", "shown"], rows),
+        "",
+    ]
+
+
 def power_section(study: StudyRecord, found: dict[str, TaskFindings], family: int) -> list[str]:
     args = study.args
     f = next(iter(found.values()))
@@ -102,7 +124,7 @@ def power_section(study: StudyRecord, found: dict[str, TaskFindings], family: in
     for x in found.values():
         for t in x.tests():
             achieved.setdefault(t.claim, []).append(t.estimate.se)
-    return [
+    lines = [
         "## Power",
         "",
         "Planned from the sizes above (minirl/study/power.py), assuming rates near 0.5, an "
@@ -116,6 +138,9 @@ def power_section(study: StudyRecord, found: dict[str, TaskFindings], family: in
         + ". Each verdict below states the effect its own SE could have detected.",
         "",
     ]
+    task = "fog" if "fog" in found else next(iter(found))
+    rates = verdict_rates(task, Skills(), args.validation_reps, replicates=200, family=family)
+    return lines + validation_lines(rates, task, family)
 
 
 def glance(found: dict[str, TaskFindings]) -> list[str]:

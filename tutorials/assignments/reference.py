@@ -34,3 +34,35 @@ def budget_probabilities(
 
 def optimal_guesses(history: list[tuple[int, str]], n: int) -> set[int]:
     return {int(g) for g in hilo.minimax_guesses(*hilo.belief(history, n))}
+
+
+def post_error_states(episodes: list[list[bool]]) -> list[tuple[int, int]]:
+    from minirl.episode import Episode, Turn
+    from minirl.eval.analysis import first_error
+
+    found = []
+    for i, optimal in enumerate(episodes):
+        e = Episode("gridnav", 0, 0, len(optimal), True, 1)
+        e.turns = [Turn("x", "x", True, False, o, 0.0, 0.0, 0.0) for o in optimal]
+        j = first_error(e)
+        if j is not None and j < e.turns_used:  # the rule of minirl.eval.recovery
+            found.append((i, j))
+    return found
+
+
+def recovery_gain(
+    base_fresh: list[int],
+    arm_fresh: list[int],
+    base_post: list[int],
+    arm_post: list[int],
+    samples: int,
+) -> float:
+    import numpy as np
+
+    from minirl.study.bootstrap import empirical_logit
+
+    def logit(counts: list[int]) -> float:
+        trials = samples * len(counts)
+        return float(empirical_logit(np.array([sum(counts) / trials]), trials)[0])
+
+    return logit(arm_post) - logit(base_post) - (logit(arm_fresh) - logit(base_fresh))

@@ -1,0 +1,125 @@
+"""How often each verdict rule says "shown", measured on simulated policies with known skills.
+
+A verdict rule is only as good as its error rates at the study's sizes. Here they are measured:
+simulated checkpoints (minirl.study.simulate) whose skills are known by construction are put
+through the study's own analysis (minirl.study.claims), many times over, and the verdicts counted.
+
+The policies of one simulated study, against a base that is optimal with probability q:
+    fixed-T4    single-step only: its log-odds rise by `step` in every state (no recovery skill)
+    fixed-T12   recovery only: its log-odds rise by `recovery` after an error, nowhere else
+    budgetmix   the same policy as fixed-T12 (so BudgetMix's lead over fixed-T12 is truly 0)
+and of a second, for robustness: fixed-T12 = base, budgetmix = base shifted by `lead` everywhere.
+
+Two rates per rule, each conservative for Holm's adjustment over a study of `family` tests:
+    false "shown"  a test whose truth is "no effect", read at the unadjusted level alpha (Holm can
+                   at best reach it, when every other test is rejected first);
+    power          a test with a real effect, read at Bonferroni's alpha / family (Holm's first,
+                   strictest step: it rejects at least this often).
+
+    python -m minirl.study.validate --reps 100      # the rates the closing notes report
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+from rich.progress import track
+
+from minirl.study import simulate
+from minirl.study.claims import ALPHA, analyse_results
+
+
+@dataclass(frozen=True)
+class Skills:
+    """The simulated arms' true effects, in log-odds (see the module docstring)."""
+
+    q: float = 0.6  # the base's chance of an optimal action
+    step: float = 0.6
+    recovery: float = 1.0
+    lead: float = 1.0
+
+
+@dataclass
+class Rates:
+    """Per rule, the share of simulated studies that called it shown."""
+
+    false_shown: dict[str, float]  # rules whose truth is "no effect", at alpha
+    power: dict[str, float]  # rules with a real effect, at alpha / family
+    reps: int
+
+
+def p_values(task: str, skills: Skills, rep: int, replicates: int) -> dict[str, float]:
+    """The raw p of every rule in one simulated study pair (keys say which truth they test)."""
+    base = simulate.SimPolicy(skills.q, skills.q)
+    recovering = base.shift(skills.recovery, post_only=True)
+    one = simulate.sim_results(
+        task,
+        {
+            "base": base,
+            "fixed-T4": base.shift(skills.step),
+            "fixed-T12": recovering,
+            "budgetmix": recovering,
+        },
+        seed=rep,
+    )
+    found = analyse_results(task, one.results, one.arms, replicates=replicates, seed=rep)
+    two = simulate.sim_results(
+        task, {"base": base, "fixed-T12": base, "budgetmix": base.shift(skills.lead)}, seed=rep
+    )
+    ahead = analyse_results(task, two.results, two.arms, replicates=replicates, seed=rep)
+    return {
+        "null: recovery, single-step-only arm": found.where["fixed-T4"].test.p,
+        "null: budget dependence, single-step-only arm": found.budget["fixed-T4"].test.p,
+        "null: robustness, BudgetMix = fixed-T12": found.robust["fixed-T12"].test.p,
+        "effect: recovery, recovery-only arm": found.where["fixed-T12"].test.p,
+        "effect: budget dependence, recovery-only arm": found.budget["fixed-T12"].test.p,
+        "effect: robustness, BudgetMix ahead everywhere": ahead.robust["fixed-T12"].test.p,
+    }
+
+
+def verdict_rates(
+    task: str = "fog",
+    skills: Skills = Skills(),
+    reps: int = 20,
+    replicates: int = 400,
+    family: int = 36,
+    progress: bool = False,
+) -> Rates:
+    """Run `reps` simulated studies and count each rule's verdicts (see the docstring)."""
+    runs = [
+        p_values(task, skills, rep, replicates)
+        for rep in track(range(reps), "simulated studies", disable=not progress)
+    ]
+
+    def share(key: str, level: float) -> float:
+        return sum(r[key] < level for r in runs) / reps
+
+    keys = list(runs[0])
+    return Rates(
+        false_shown={k[6:]: share(k, ALPHA) for k in keys if k.startswith("null")},
+        power={k[8:]: share(k, ALPHA / family) for k in keys if k.startswith("effect")},
+        reps=reps,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", default="fog", help="Task the simulated policies play.")
+    parser.add_argument("--reps", type=int, default=100, help="Simulated studies.")
+    parser.add_argument("--replicates", type=int, default=1000, help="Bootstrap replicates.")
+    parser.add_argument("--family", type=int, default=36, help="Tests in the real study.")
+    args = parser.parse_args(argv)
+    if args.reps < 1 or args.replicates < 10 or args.family < 1:
+        parser.error("need --reps >= 1, --replicates >= 10, --family >= 1")
+    rates = verdict_rates(args.task, Skills(), args.reps, args.replicates, args.family, True)
+    print(f"{args.task}, {rates.reps} simulated studies at the study's sizes, {Skills()}")
+    for name, share in rates.false_shown.items():
+        print(f"  false 'shown' (alpha {ALPHA}): {share:.2f}  {name}")
+    for name, share in rates.power.items():
+        print(f"  shown (alpha/{args.family}):   {share:.2f}  {name}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,46 @@
+"""Assignment 5: error recovery from fixed post-error states (lesson 7).
+
+"Success after an error" over each policy's own episodes rewards a policy that merely errs less
+(lesson 7 shows it on simulated policies). The study instead asks every checkpoint in the *same*
+states: the states just after an error of the base policy. Implement the two halves of that
+measure. Grade them with:
+
+    python -m pytest tutorials/assignments/test_a5.py
+"""
+
+from __future__ import annotations
+
+
+def post_error_states(episodes: list[list[bool]]) -> list[tuple[int, int]]:
+    """Where the post-error states of these base episodes are.
+
+    Each episode is the list of its turns, True where the action was oracle-optimal. An
+    episode's post-error state is the state just after its *first* non-optimal action: return
+    (episode index, j) with j the 1-based turn of that action, so the state holds j actions.
+    An episode with no error gives none; neither does one whose first error was its last turn
+    (nothing was played after it). Keep the episodes' order.
+    """
+    raise NotImplementedError("assignment 5: implement post_error_states")
+
+
+def recovery_gain(
+    base_fresh: list[int],
+    arm_fresh: list[int],
+    base_post: list[int],
+    arm_post: list[int],
+    samples: int,
+) -> float:
+    """The arm's gain in log-odds of an optimal action after an error, beyond its fresh gain.
+
+    Every list holds, per fixed state, how many of `samples` sampled actions were optimal:
+    `*_fresh` in the fresh states (no error behind them), `*_post` in the post-error states. The
+    two policies were asked in the same states. With p a pooled rate (all optimal actions over
+    all samples of its states) and L(p) = log(p / (1 - p)), return
+
+        [L(arm_post) - L(base_post)] - [L(arm_fresh) - L(base_fresh)].
+
+    Keep L finite: clip each p to [e, 1 - e] first, e = half a trial, 0.5 / (samples * states).
+    A policy that only decides better everywhere scores about 0; one that learned to recover
+    scores above 0.
+    """
+    raise NotImplementedError("assignment 5: implement recovery_gain")

@@ -1,0 +1,126 @@
+"""Grader for assignment 5 (recovery from fixed post-error states): by hand, then on simulated
+policies with known skills playing the real fog task (minirl.study.simulate).
+
+A simulated policy plays an oracle-optimal action with probability q_fresh until its first
+error and q_post after it. The base has q = 0.6 in both; a single-step-only arm has both log-odds
+raised by 0.8 (its true recovery gain is 0), a recovery-only arm has only q_post's raised by 1.0
+(its true gain is 1.0).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+from grading import implementation
+
+import tasks
+from minirl.study import simulate
+
+post_error_states = implementation("a5_recovery", "post_error_states")
+recovery_gain = implementation("a5_recovery", "recovery_gain")
+BASE = simulate.SimPolicy(0.6, 0.6)
+
+
+def test_post_error_states_by_hand() -> None:
+    episodes = [
+        [True, True, False, True],  # first error at turn 3, then one more turn: a state
+        [True, True, True],  # no error
+        [False],  # the error was the last turn
+        [True, False],  # the same
+        [False, False, True],  # the first error counts, not the second
+    ]
+    assert post_error_states(episodes) == [(0, 3), (4, 1)]
+    assert post_error_states([]) == []
+
+
+def test_recovery_gain_by_hand() -> None:
+    half = [1, 0] * 50  # 50 of 100 optimal
+    quarter = [1, 0, 0, 0] * 25
+    # Fresh unchanged; after an error 0.25 -> 0.5: log(0.5 / 0.5) - log(0.25 / 0.75) = log 3.
+    assert recovery_gain(half, half, quarter, half, 1) == pytest.approx(math.log(3))
+    # The same change on both sides cancels.
+    assert recovery_gain(quarter, half, quarter, half, 1) == pytest.approx(0.0)
+    # Pooled over samples: 3 of 4 states x 2 samples = 6 of 8.
+    # Pooled over samples: fresh 4 of 8 -> 6 of 8 (+log 3), post unchanged: -log 3.
+    assert recovery_gain([1, 1, 1, 1], [2, 2, 1, 1], [1], [1], 2) == pytest.approx(-math.log(3))
+    # All optimal stays finite: clipped half a trial (of 4) from 1, L = log(3.5 / 0.5) = log 7.
+    assert recovery_gain([1, 1], [1, 1], [1, 1], [2, 2], 2) == pytest.approx(math.log(7))
+
+
+def states_and_counts(seed: int) -> tuple[list, dict, dict]:
+    """Base episodes on fog; the student's post-error states; every policy asked in them."""
+    env = tasks.make("fog")
+    seeds = list(tasks.EVAL_SEEDS[:100])
+    played = [e for row in simulate.episodes("fog", seeds, BASE, 12, 4, stream=seed) for e in row]
+    where = post_error_states([e.optimal for e in played])
+    # The states are right: first errors of episodes that went on after them.
+    expected = [
+        (i, e.first_error)
+        for i, e in enumerate(played)
+        if e.first_error and e.first_error < len(e.actions)
+    ]
+    assert where == expected
+    instance = [s for s in seeds for _ in range(4)]
+    fresh = [(instance[i], played[i].actions[: j - 1]) for i, j in where]  # error-free prefixes
+    post = [(instance[i], played[i].actions[:j]) for i, j in where]
+    arms = {
+        "base": BASE,
+        "single-step": BASE.shift(0.8),
+        "recovery": BASE.shift(1.0, post_only=True),
+    }
+    counts, truth = {}, {}
+    for name, policy in arms.items():
+        truth[name] = (
+            sum(chance(env, state, policy.q_fresh) for state in fresh) / len(fresh),
+            sum(chance(env, state, policy.q_post) for state in post) / len(post),
+        )
+        dice = random.Random(f"{seed}/{name}")
+        counts[name] = (
+            [ask(env, state, policy, dice) for state in fresh],
+            [ask(env, state, policy, dice) for state in post],
+        )
+    return where, counts, truth
+
+
+def ask(env: tasks.Env, state: tuple, policy: simulate.SimPolicy, dice: random.Random) -> int:
+    """How many of 4 sampled next actions in `state` were optimal."""
+    seed, start = state
+    turns = [simulate.play(env, seed, policy, len(start) + 1, dice, start) for _ in range(4)]
+    return sum(e.optimal[len(start)] for e in turns)
+
+
+def chance(env: tasks.Env, state: tuple, q: float) -> float:
+    """The exact chance of an optimal next action: q, or 1 where every action is optimal."""
+    seed, start = state
+    env.reset(seed)
+    for action in start:
+        env.step(action)
+    return 1.0 if set(env.optimal_actions()) >= set(env.action_words) else q
+
+
+def logit(p: float) -> float:
+    return math.log(p / (1 - p))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_known_skills_are_told_apart(seed: int) -> None:
+    where, counts, truth = states_and_counts(seed)
+    assert len(where) > 150
+    base_fresh, base_post = counts["base"]
+
+    def gain(arm: str) -> float:
+        fresh, post = counts[arm]
+        return recovery_gain(base_fresh, fresh, base_post, post, 4)
+
+    def true_gain(arm: str) -> float:
+        (bf, bp), (af, ap) = truth["base"], truth[arm]
+        return logit(ap) - logit(bp) - (logit(af) - logit(bf))
+
+    # Where every action is optimal a policy has no choice, which pulls pooled rates towards 1
+    # a little differently in fresh and post-error states: the truths are near 0 and 1 (a
+    # uniform log-odds shift is exact only where every state is alike), and computed here.
+    assert abs(true_gain("single-step")) < 0.15 and true_gain("recovery") > 0.4
+    for arm in ("single-step", "recovery"):
+        assert gain(arm) == pytest.approx(true_gain(arm), abs=0.3), arm
