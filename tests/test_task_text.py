@@ -214,3 +214,24 @@ def test_gradient_checkpointing_unset_is_off_for_tiny(quick_tiny_path: str) -> N
     assert not model.get_base_model().is_gradient_checkpointing
     model, _ = load_policy(quick_tiny_path, gradient_checkpointing=True)
     assert model.get_base_model().is_gradient_checkpointing
+
+
+@pytest.mark.parametrize("task", tasks.NAMES)
+def test_every_natural_observation_ends_with_the_format_reminder(task: str) -> None:
+    """The format again, last, where a small model reads it (issue 13: invalid replies grew with
+    the turns while the rules sat only at the top of the conversation)."""
+    env = tasks.make(task, text="natural")
+    reminder = env.reminder()
+    assert reminder.startswith("Reply with a single action")
+    multiword = any(" " in a for a in env.action_words)
+    assert reminder.endswith("nothing else." if multiword else "one word only.")
+    rng = random.Random(task)
+    for seed in range(10):
+        assert env.reset(seed).endswith(reminder)
+        for reply in ["xyzzy", *(rng.choice(env.action_words) for _ in range(6))]:
+            step = env.step(f"Action: {reply}")
+            # An ended episode needs no reminder; every other observation ends with one.
+            assert step.observation.endswith(reminder) != step.done, step.observation
+            if step.done:
+                break
+    assert not tasks.make(task).reset(0).endswith(reminder)  # the compact text is untouched

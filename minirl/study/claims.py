@@ -16,7 +16,10 @@ sentence each rule chooses, never one written by hand. The rules, per task and a
    change of the optimal-action rate in log-odds, post-error minus fresh:
        recovery = dlogit(post-error) - dlogit(fresh).
    A policy that only gains single-step quality gains the same log-odds everywhere (0); one that
-   learned to recover gains more after an error. Shown when positive (Holm). Success within the
+   learned to recover gains more after an error. Shown when positive (Holm). The rates are
+   pooled over states, and a uniform shift moves a pooled rate's log-odds by exactly d only when
+   the states are alike; how much unlike states (e.g. where every action is optimal) bias the
+   rule is measured, not assumed: minirl.study.validate's false-"shown" rate. Success within the
    remaining turns from the post-error states, and its split by kind of error, are reported
    beside it; no verdict reads them, because they compound single-step gains too.
 3. BudgetMix robustness. For each fixed-budget arm a: mean over T of Pass@(1,T)[mix] -

@@ -21,7 +21,7 @@ from pathlib import Path
 from minirl.study.bootstrap import Estimate
 from minirl.study.claims import ALPHA, REPLICATES, TaskFindings, Test, adjust, analyse
 from minirl.study.power import plan
-from minirl.study.run import StudyRecord, study_seeds
+from minirl.study.run import StudyRecord, git_commit, study_seeds
 from minirl.study.validate import Rates, Skills, verdict_rates
 
 
@@ -49,9 +49,13 @@ def verdict(test: Test, what: str) -> str:
         return f"**shown** for {test.arm}: {what} is {numbers}"
     if test.opposite:
         return f"**the opposite** for {test.arm}: {what} is {numbers}"
+    against = ""
+    z = test.estimate.value / test.estimate.se if test.estimate.se > 0 else 0.0
+    if not test.two_sided and z < -2:  # a one-sided test cannot say "the opposite"; the data can
+        against = f"; the estimate points the other way, {-z:.1f} standard errors below 0"
     return (
         f"not shown for {test.arm}: {what} is {numbers}; the study could have detected "
-        f"{test.detectable:.3f} (80% power)"
+        f"{test.detectable:.3f} (80% power){against}"
     )
 
 
@@ -61,7 +65,9 @@ def intro(study: StudyRecord, command: str, family: int) -> list[str]:
     return [
         "# The study, second edition: what does multi-turn RL improve, on toy tasks?",
         "",
-        f"Produced by `{command}` at commit {study.commit}. This invocation took "
+        f"Produced by `{command}` at commit {study.commit}"
+        + (f" (this report written at {now})" if (now := git_commit()) != study.commit else "")
+        + ". This invocation took "
         f"{study.timings['total_seconds'] / 60:.1f} minutes; what it reused from an earlier "
         "one (status `reused` at the end) took the seconds listed there when it ran.",
         "",
@@ -143,6 +149,18 @@ def power_section(study: StudyRecord, found: dict[str, TaskFindings], family: in
     return lines + validation_lines(rates, task, family)
 
 
+def answer(test: Test) -> str:
+    """The glance table's last column."""
+    if test.shown:
+        return "**yes**"
+    if test.opposite:
+        return "opposite"
+    se = test.estimate.se
+    if not test.two_sided and se > 0 and test.estimate.value < -2 * se:
+        return "no (points the other way)"
+    return "no"
+
+
 def glance(found: dict[str, TaskFindings]) -> list[str]:
     rows = []
     for task, f in found.items():
@@ -155,7 +173,7 @@ def glance(found: dict[str, TaskFindings]) -> list[str]:
                     t.estimate.text(),
                     f"{t.adjusted:.3f}",
                     f"{t.detectable:.3f}",
-                    "**yes**" if t.shown else ("opposite" if t.opposite else "no"),
+                    answer(t),
                 ]
             )
     header = ["task", "claim", "arm", "statistic", "adjusted p", "detectable", "shown?"]

@@ -237,7 +237,8 @@ def run_study(args: StudyArgs, progress: bool = True) -> StudyRecord:
     # Taken when the study starts: code changed while it runs would not be the code it measured.
     study = StudyRecord(args=dataclasses.replace(args), commit=git_commit())
     # What an earlier invocation did and reuses now keeps the seconds it took then.
-    before = load_study(root / "study.json").timings if (root / "study.json").is_file() else {}
+    earlier = load_study(root / "study.json") if (root / "study.json").is_file() else None
+    before = earlier.timings if earlier else {}
 
     def took(key: str, seconds: float) -> float:
         return before.get(key, {}).get("seconds", seconds) if seconds == 0 else seconds
@@ -280,5 +281,8 @@ def run_study(args: StudyArgs, progress: bool = True) -> StudyRecord:
             arms={a.name: [run_label(a, s, seeds) for s in seeds] for a in arms(args)},
         )
     study.timings["total_seconds"] = round(time.perf_counter() - started, 1)
+    reused = all(v.get("status") == "reused" for v in study.timings.values() if isinstance(v, dict))
+    if earlier and reused:  # nothing was measured now: the numbers are the earlier code's
+        study.commit = earlier.commit
     (root / "study.json").write_text(json.dumps(study.to_json(), indent=1))
     return study
