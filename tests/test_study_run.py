@@ -106,6 +106,10 @@ def test_toy_study_writes_every_section_and_plot_from_the_data(tmp_path, monkeyp
     assert evaluate.main(flags) == 0
     timings = json.loads((out / "study.json").read_text())["timings"]
     assert timings["gridnav/budgetmix-s1"]["status"] == "reused"
+    assert timings["measured_seconds"] == first["total_seconds"]  # the time of the measurement
+    rerun = (out / "report.md").read_text()
+    minutes = first["total_seconds"] / 60
+    assert f"The invocation that measured it took {minutes:.1f} minutes" in rerun
     assert timings["hilo/evaluation"] == {
         "seconds": first["hilo/evaluation"]["seconds"],
         "status": "reused",

@@ -67,9 +67,15 @@ def intro(study: StudyRecord, command: str, family: int) -> list[str]:
         "",
         f"Produced by `{command}` at commit {study.commit}"
         + (f" (this report written at {now})" if (now := git_commit()) != study.commit else "")
-        + ". This invocation took "
-        f"{study.timings['total_seconds'] / 60:.1f} minutes; what it reused from an earlier "
-        "one (status `reused` at the end) took the seconds listed there when it ran.",
+        + ". "
+        + (
+            f"The invocation that measured it took {measured / 60:.1f} minutes; this one "
+            f"reused its runs and evaluations and took {study.timings['total_seconds'] / 60:.1f}."
+            if (measured := study.timings.get("measured_seconds"))
+            else f"This invocation took {study.timings['total_seconds'] / 60:.1f} minutes; what "
+            "it reused from an earlier one (status `reused` at the end) took the seconds listed "
+            "there when it ran."
+        ),
         "",
         f"Arms: (a) base; (b) fixed-T{args.generous}; (c) fixed-T{args.tight}; (d) BudgetMix "
         f"T in [{args.budget_min}, {args.budget_max}]"

@@ -282,7 +282,10 @@ def run_study(args: StudyArgs, progress: bool = True) -> StudyRecord:
         )
     study.timings["total_seconds"] = round(time.perf_counter() - started, 1)
     reused = all(v.get("status") == "reused" for v in study.timings.values() if isinstance(v, dict))
-    if earlier and reused:  # nothing was measured now: the numbers are the earlier code's
+    if earlier and reused:  # nothing was measured now: the numbers, and their time, are earlier
         study.commit = earlier.commit
+        study.timings["measured_seconds"] = earlier.timings.get(
+            "measured_seconds", earlier.timings["total_seconds"]
+        )
     (root / "study.json").write_text(json.dumps(study.to_json(), indent=1))
     return study
