@@ -21,7 +21,7 @@ from pathlib import Path
 from minirl.study.bootstrap import Estimate
 from minirl.study.claims import ALPHA, REPLICATES, TaskFindings, Test, adjust, analyse
 from minirl.study.power import plan
-from minirl.study.run import StudyRecord, git_commit, study_seeds
+from minirl.study.run import StudyRecord, study_seeds
 from minirl.study.validate import Rates, Skills, verdict_rates
 
 
@@ -66,7 +66,11 @@ def intro(study: StudyRecord, command: str, family: int) -> list[str]:
         "# The study, second edition: what does multi-turn RL improve, on toy tasks?",
         "",
         f"Produced by `{command}` at commit {study.commit}"
-        + (f" (this report written at {now})" if (now := git_commit()) != study.commit else "")
+        + (
+            f" (this report written at {study.invoked_at})"
+            if study.invoked_at != study.commit
+            else ""
+        )
         + ". "
         + (
             f"The invocation that measured it took {measured / 60:.1f} minutes; this one "

@@ -55,9 +55,10 @@ class StudyRecord:
     """study.json: the arguments, the commit measured, the tasks and the timings."""
 
     args: StudyArgs
-    commit: str
+    commit: str  # the code that measured the results
     tasks: dict[str, StudyTask] = field(default_factory=dict)
     timings: dict = field(default_factory=dict)  # "task/label": {seconds, status}, total_seconds
+    invoked_at: str = ""  # the code of this invocation (differs when it only reused results)
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -69,6 +70,7 @@ class StudyRecord:
             commit=data["commit"],
             tasks={name: StudyTask(**entry) for name, entry in data["tasks"].items()},
             timings=data["timings"],
+            invoked_at=data.get("invoked_at", data["commit"]),
         )
 
 
@@ -235,7 +237,8 @@ def run_study(args: StudyArgs, progress: bool = True) -> StudyRecord:
     root = Path(args.output)
     root.mkdir(parents=True, exist_ok=True)
     # Taken when the study starts: code changed while it runs would not be the code it measured.
-    study = StudyRecord(args=dataclasses.replace(args), commit=git_commit())
+    now = git_commit()
+    study = StudyRecord(args=dataclasses.replace(args), commit=now, invoked_at=now)
     # What an earlier invocation did and reuses now keeps the seconds it took then.
     earlier = load_study(root / "study.json") if (root / "study.json").is_file() else None
     before = earlier.timings if earlier else {}
