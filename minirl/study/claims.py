@@ -11,7 +11,9 @@ sentence each rule chooses, never one written by hand. The rules, per task and a
    the simulated policy of minirl.study.simulate, giving null(T), what d alone buys at T. The
    statistic is the excess's growth,
        growth = [gap - null](T_max) - [gap - null](T_min),
-   and the claim is shown when it is positive (Holm-adjusted p < 0.05).
+   and the claim is shown when it is positive (Holm-adjusted p < 0.05). The null is a model:
+   its simulated errors are uniform over the other actions, and the report prints its base
+   curve beside base's real one so that a reader can see where it is off.
 2. Where RL helps (recovery). On the fixed post-error states and the fixed fresh states, the
    change of the optimal-action rate in log-odds, post-error minus fresh:
        recovery = dlogit(post-error) - dlogit(fresh).
@@ -130,6 +132,10 @@ class TaskFindings:
     robust: dict[str, RobustRow]
     process: dict[str, Test] = field(default_factory=dict)
     kinds: dict[str, int] = field(default_factory=dict)  # post-error states per kind
+    # The null's own base: the simulated policy at base's measured rates, per T. The null is
+    # only as good as this curve is close to base's real Pass@(1,T): a simulated base that lags
+    # at large T leaves the null room to grow there, and overstates it.
+    model_base: dict[int, float] = field(default_factory=dict)
 
     def tests(self) -> list[Test]:
         return (
@@ -162,8 +168,8 @@ def budget_rows(
     arms: dict[str, dict[str, np.ndarray]],
     seeds: list[int],
     sim_n: int,
-) -> dict[str, BudgetRow]:
-    """Gap, null and the excess's growth for every arm (claim 1)."""
+) -> tuple[dict[str, BudgetRow], dict[int, float]]:
+    """Gap, null and the excess's growth for every arm (claim 1), and the null's base curve."""
     policy = simulate.SimPolicy(float(base["step"][0]), float(base["post_step"][0]))
     if math.isnan(policy.q_post):
         policy = simulate.SimPolicy(policy.q_fresh, policy.q_fresh)
@@ -190,7 +196,7 @@ def budget_rows(
             step_gain=Estimate.of(shift),
             test=Test("budget dependence", task, arm, Estimate.of(growth)),
         )
-    return rows
+    return rows, {t: table[0.0][t] for t in d.ts}
 
 
 def where_rows(
@@ -292,6 +298,7 @@ def analyse_results(
     trained = {a: m for a, m in measured.items() if a != "base"}
     main = {a: m for a, m in trained.items() if a != "process"}
     seeds = list(results.meta.seeds)
+    budget, model_base = budget_rows(task, d, base, main, seeds, sim_n)
     return TaskFindings(
         results=results,
         ceiling={t: oracle_success(task, t, seeds) for t in d.ts},
@@ -300,11 +307,12 @@ def analyse_results(
             a: {k: Estimate.of(m[k]) for k in ("step", "post_step", "post_success")}
             for a, m in measured.items()
         },
-        budget=budget_rows(task, d, base, main, seeds, sim_n),
+        budget=budget,
         where=where_rows(task, d, base, trained, by_kind),
         robust=robust_rows(task, d.ts, main),
         process=process_tests(task, d, trained),
         kinds={k: d.post_kind.count(k) for k in kinds},
+        model_base=model_base,
     )
 
 

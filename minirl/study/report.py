@@ -200,13 +200,19 @@ def budget_section(found: dict[str, TaskFindings], plots: dict[str, dict[str, st
         "and a tight T caps every policy at the oracle's ceiling), so each gap is set against "
         "its null: what the arm's single-step gain on the fresh states, carried through the "
         "turns by a simulated policy on the real task, buys at T (minirl/study/simulate.py). "
-        "The statistic is the growth of gap − null from the smallest to the largest T.",
+        "The statistic is the growth of gap − null from the smallest to the largest T. The "
+        'null is only as good as its model: the row "the null\'s simulated base" is the '
+        "simulated policy at base's measured single-step rates, and where it lags base's real "
+        "Pass@(1,T) at large T (its errors cost more turns than the model's real ones), the "
+        "null has more room to grow there than the arms had, and a negative growth is partly "
+        "the model's.",
         "",
     ]
     for task, f in found.items():
         ts = f.results.meta.ts
         rows = [["oracle's success (ceiling)"] + [fmt(*f.ceiling[t]) for t in ts]]
         rows.append(["base Pass@(1,T)"] + [est(f.pass1["base"][t], False) for t in ts])
+        rows.append(["the null's simulated base"] + [fmt(f.model_base[t]) for t in ts])
         for arm, row in f.budget.items():
             rows.append([f"gap {arm}"] + [est(row.gap[t]) for t in ts])
             rows.append([f"null {arm}"] + [f"{row.null[t]:+.3f}" for t in ts])
