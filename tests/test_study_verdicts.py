@@ -13,7 +13,7 @@ import pytest
 
 from minirl.study import simulate
 from minirl.study.claims import ALPHA, analyse_results
-from minirl.study.validate import Skills, verdict_rates
+from minirl.study.validate import Sizes, Skills, verdict_rates
 
 
 @pytest.mark.slow
@@ -46,3 +46,22 @@ def test_the_old_success_after_an_error_rewards_a_single_step_gain() -> None:
     recovery = found.where["fixed-T12"].test
     assert recovery.p > ALPHA  # the new rule does not: post-error minus fresh log-odds is ~0
     assert abs(recovery.estimate.value) < 2.5 * recovery.estimate.se
+
+
+def test_the_rules_are_checked_at_the_sizes_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The report checks its rules at its own study's sizes, not at the committed study's."""
+    played: list[tuple[int, int, tuple[int, ...]]] = []
+    real = simulate.sim_results
+
+    def recording(task: str, arms: dict, **sizes: object) -> simulate.SimStudy:
+        study = real(task, arms, **sizes)
+        meta = study.results.meta
+        played.append((len(meta.seeds), meta.n, tuple(meta.ts)))
+        assert {len(study.arms[a]) for a in study.arms if a != "base"} == {sizes["runs"]}
+        return study
+
+    monkeypatch.setattr(simulate, "sim_results", recording)
+    toy = Sizes(runs=2, instances=5, n=2, ts=(2, 4), fresh_states=10, post_states=10)
+    rates = verdict_rates("fog", Skills(), reps=1, replicates=50, sizes=toy)
+    assert played == [(5, 2, (2, 4))] * 2  # the two simulated studies of the one replicate
+    assert rates.reps == 1 and len(rates.false_shown) == len(rates.power) == 3

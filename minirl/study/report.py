@@ -22,7 +22,7 @@ from minirl.study.bootstrap import Estimate
 from minirl.study.claims import ALPHA, REPLICATES, TaskFindings, Test, adjust, analyse
 from minirl.study.power import plan
 from minirl.study.run import StudyRecord, study_seeds
-from minirl.study.validate import Rates, Skills, verdict_rates
+from minirl.study.validate import Rates, Sizes, Skills, verdict_rates
 
 
 def fmt(x: float, se: float | None = None) -> str:
@@ -155,7 +155,19 @@ def power_section(study: StudyRecord, found: dict[str, TaskFindings], family: in
         "",
     ]
     task = "fog" if "fog" in found else next(iter(found))
-    rates = verdict_rates(task, Skills(), args.validation_reps, replicates=200, family=family)
+    sizes = Sizes(
+        runs=len(study_seeds(args)),
+        instances=args.instances,
+        n=args.n,
+        ts=tuple(f.results.meta.ts),
+        fresh_states=args.decision_states,
+        post_states=args.recovery_states,
+        samples=args.decision_samples,
+        state_episodes=args.state_episodes,
+    )
+    rates = verdict_rates(
+        task, Skills(), args.validation_reps, replicates=200, family=family, sizes=sizes
+    )
     return lines + validation_lines(rates, task, family)
 
 

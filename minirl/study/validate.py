@@ -40,6 +40,21 @@ class Skills:
     lead: float = 1.0
 
 
+@dataclass(frozen=True)
+class Sizes:
+    """A study's sizes, as minirl.study.simulate.sim_results takes them (defaults: the committed
+    study's: 3 training seeds, 60 instances, n = 4, T in {2, 4, 8, 12}, 200 + 200 states)."""
+
+    runs: int = 3
+    instances: int = 60
+    n: int = 4
+    ts: tuple[int, ...] = (2, 4, 8, 12)
+    fresh_states: int = 200
+    post_states: int = 200
+    samples: int = 2
+    state_episodes: int = 4
+
+
 @dataclass
 class Rates:
     """Per rule, the share of simulated studies that called it shown."""
@@ -49,10 +64,13 @@ class Rates:
     reps: int
 
 
-def p_values(task: str, skills: Skills, rep: int, replicates: int) -> dict[str, float]:
+def p_values(
+    task: str, skills: Skills, rep: int, replicates: int, sizes: Sizes = Sizes()
+) -> dict[str, float]:
     """The raw p of every rule in one simulated study pair (keys say which truth they test)."""
     base = simulate.SimPolicy(skills.q, skills.q)
     recovering = base.shift(skills.recovery, post_only=True)
+    at = vars(sizes)
     one = simulate.sim_results(
         task,
         {
@@ -62,10 +80,14 @@ def p_values(task: str, skills: Skills, rep: int, replicates: int) -> dict[str, 
             "budgetmix": recovering,
         },
         seed=rep,
+        **at,
     )
     found = analyse_results(task, one.results, one.arms, replicates=replicates, seed=rep)
     two = simulate.sim_results(
-        task, {"base": base, "fixed-T12": base, "budgetmix": base.shift(skills.lead)}, seed=rep
+        task,
+        {"base": base, "fixed-T12": base, "budgetmix": base.shift(skills.lead)},
+        seed=rep,
+        **at,
     )
     ahead = analyse_results(task, two.results, two.arms, replicates=replicates, seed=rep)
     return {
@@ -85,10 +107,11 @@ def verdict_rates(
     replicates: int = 400,
     family: int = 36,
     progress: bool = False,
+    sizes: Sizes = Sizes(),
 ) -> Rates:
-    """Run `reps` simulated studies and count each rule's verdicts (see the docstring)."""
+    """Run `reps` simulated studies of `sizes` and count each rule's verdicts (the docstring)."""
     runs = [
-        p_values(task, skills, rep, replicates)
+        p_values(task, skills, rep, replicates, sizes)
         for rep in track(range(reps), "simulated studies", disable=not progress)
     ]
 
