@@ -6,9 +6,10 @@ How each kind of block is executed:
   process (the lessons' own `assert`s check their numbers).
 - ```bash blocks run one command per line with bash, in document order, interleaved with the
   Python blocks of the same file, and must exit 0. Five kinds of line are changed, and only these:
-  * `python train.py ...` gets ` --steps 2 --eval_seeds 4 --tasks_per_step 2
+  * `python train.py ...` gets ` --steps 2 --eval_seeds 2 --tasks_per_step 2 --num_generations 2
     --overwrite_output_dir` appended (argparse keeps the last value of a flag), so a documented
-    60-step run takes seconds; everything else on the line is used as written.
+    60-step run takes seconds (lesson 9's smollm2 run: 90 s instead of 180 on this CPU);
+    everything else on the line is used as written.
   * `python evaluate.py ...` gets `--instances 4 --decision_states 16 --recovery_states 16
     --bootstrap 100` appended, and `python evaluate.py --study ...` gets a toy size (2
     training steps, one seed, 4 instances, 8 fixed states of each kind, T in {2, 4}, gridnav
@@ -59,7 +60,10 @@ DOCS = [
     ),
     ROOT / "README.md",
 ]
-CAP = ["--steps", "2", "--eval_seeds", "4", "--tasks_per_step", "2", "--overwrite_output_dir"]
+CAP = [
+    *("--steps", "2", "--eval_seeds", "2", "--tasks_per_step", "2", "--num_generations", "2"),
+    "--overwrite_output_dir",
+]
 EVAL_CAP = [
     *("--instances", "4", "--decision_states", "16", "--recovery_states", "16"),
     *("--bootstrap", "100"),
