@@ -104,10 +104,19 @@ class GRPOArgs:
         default="group", help="Divide centred rewards by the group std, the batch std, or nothing."
     )
     temperature: Positive = HfArg(default=1.0, help="Sampling temperature of rollouts.")
+    rollout_engine: Literal["auto", "dense", "generate"] = HfArg(
+        default="auto",
+        help="What samples the rollouts: 'dense', a copy of the policy made once per step with "
+        "the LoRA merged and NF4 dequantized, and a decode loop with a preallocated KV cache "
+        "(minirl.engine); 'generate', transformers' generate on the training model itself "
+        "(minirl.hf_generate, the reference). 'auto': dense for the Llama and Qwen2 families, "
+        "which it supports, else generate.",
+    )
     reuse_kv_cache: bool = HfArg(
         default=True,
-        help="Keep the KV cache across turns, so a rollout of T turns costs O(T); false "
-        "re-encodes the whole history every turn, O(T^2) (minirl.rollout).",
+        help="With --rollout_engine generate: keep the KV cache across turns, so a rollout of T "
+        "turns costs O(T); false re-encodes the whole history every turn, O(T^2). The dense "
+        "engine always keeps it.",
     )
     per_device_train_batch_size: Count = HfArg(
         default=16,
@@ -339,6 +348,12 @@ class EvalArgs:
         default=2, help="Sampled replies per fixed state (fresh or post-error) and checkpoint."
     )
     batch_size: Count = HfArg(default=512, help="Episodes per batched rollout.")
+    rollout_engine: Literal["auto", "dense", "generate"] = HfArg(
+        default="auto",
+        help="What samples the episodes: 'dense', a copy of each checkpoint with its LoRA merged "
+        "(minirl.engine), or 'generate' (transformers' generate, the reference); 'auto' is dense "
+        "for the Llama and Qwen2 families.",
+    )
     bootstrap: Annotated[int, Range(ge=0)] = HfArg(
         default=1000, help="Bootstrap resamples for the intervals (0 = off)."
     )

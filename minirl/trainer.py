@@ -165,13 +165,15 @@ def train_step(
         for group, (seed, budget) in enumerate(draw_groups(cfg, rng))
         for _ in range(g.num_generations)
     ]
-    # 2. Play them together: one batched generate per turn, generation_batch_size episodes at a
+    # 2. Play them together on this step's sampling copy of the policy (minirl.engine: LoRA
+    #    merged, NF4 dequantized), one batched pass per turn, generation_batch_size episodes at a
     #    time (all of them when unset), so the rollout's KV cache need not grow with the step.
     episodes = rollout_in_chunks(
         model,
         tokenizer,
         specs,
         g.generation_batch_size,
+        engine=g.rollout_engine,
         max_new_tokens=t.max_new_tokens,
         temperature=g.temperature,
         budget_visible=b.budget_visible,

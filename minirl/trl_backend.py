@@ -185,6 +185,7 @@ def make_rollout_func(
                 tokenizer,
                 specs,
                 cfg.grpo.generation_batch_size,
+                engine=cfg.grpo.rollout_engine,
                 max_new_tokens=cfg.task.max_new_tokens,
                 temperature=cfg.grpo.temperature,
                 budget_visible=cfg.budget.budget_visible,

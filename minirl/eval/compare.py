@@ -27,6 +27,7 @@ from minirl.chat import resolve_task_text
 from minirl.checkpoint import CHECKPOINT_NAME, read_adapter
 from minirl.checkpoint import checkpoints as run_checkpoints
 from minirl.config import EvalArgs, validate_eval
+from minirl.engine import for_sampling
 from minirl.errors import CheckpointError, ConfigError
 from minirl.eval.analysis import (
     decision_quality,
@@ -200,10 +201,11 @@ def compare(args: EvalArgs, progress: bool = True, samples: Path | None = None) 
         # checkpoints are compared. Fresh states for single-step quality, post-error ones for
         # recovery; the analyses pair the checkpoints over them.
         base_model, tokenizer = load_policy(args.model, args.quant, task=args.task)
+        base_policy = for_sampling(base_model, args.rollout_engine)
         rollout_kwargs["task_text"] = resolve_task_text(args.task_text, tokenizer)
         results.meta.task_text = rollout_kwargs["task_text"]
         state_episodes = sweep(
-            base_model,
+            base_policy,
             tokenizer,
             args.task,
             [t_max],
@@ -232,14 +234,16 @@ def compare(args: EvalArgs, progress: bool = True, samples: Path | None = None) 
             }
             for s, kind in zip(after_errors, kinds, strict=True)
         ]
-        del base_model
+        del base_model, base_policy
         total = episodes_to_play(ts, len(seeds), args.n, args.budget_visible)
         for name, path in paths.items():
             started = time.perf_counter()
             model, tokenizer = load_policy(args.model, args.quant, adapter=path, task=args.task)
+            # One sampling copy per checkpoint (minirl.engine) serves every analysis below.
+            policy = for_sampling(model, args.rollout_engine)
             job = bar.add_task(f"eval {name}", total=total, metrics="")
             episodes = sweep(
-                model,
+                policy,
                 tokenizer,
                 args.task,
                 ts,
@@ -268,7 +272,7 @@ def compare(args: EvalArgs, progress: bool = True, samples: Path | None = None) 
                 seed=args.seed,
             )
             decision = decision_quality(
-                model,
+                policy,
                 tokenizer,
                 states,
                 samples=args.decision_samples,
@@ -277,10 +281,11 @@ def compare(args: EvalArgs, progress: bool = True, samples: Path | None = None) 
                 task_text=results.meta.task_text,
                 seed=args.seed,
                 batch_size=args.batch_size,
+                engine=args.rollout_engine,
             )
             from_errors = (
                 recover(
-                    model,
+                    policy,
                     tokenizer,
                     after_errors,
                     kinds,
@@ -290,6 +295,7 @@ def compare(args: EvalArgs, progress: bool = True, samples: Path | None = None) 
                     task_text=results.meta.task_text,
                     seed=args.seed,
                     batch_size=args.batch_size,
+                    engine=args.rollout_engine,
                 )
                 if after_errors
                 else None
@@ -310,7 +316,7 @@ def compare(args: EvalArgs, progress: bool = True, samples: Path | None = None) 
                 seconds=round(time.perf_counter() - started, 2),
                 successes=counts,
             )
-            del model
+            del model, policy
     return results
 
 
