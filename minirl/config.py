@@ -104,6 +104,19 @@ class GRPOArgs:
         default="group", help="Divide centred rewards by the group std, the batch std, or nothing."
     )
     temperature: Positive = HfArg(default=1.0, help="Sampling temperature of rollouts.")
+    dynamic_sampling: bool = HfArg(
+        default=False,
+        help="DAPO's dynamic sampling: a group whose rewards all tie (zero advantage) is dropped "
+        "and newly drawn groups (each with its own instance and budget) replace it, until "
+        "tasks_per_step informative groups are found or --max_num_gen_batches is reached "
+        "(minirl.groups). Costs extra rollouts; logs frac_reward_zero_std, extra_rollouts_frac "
+        "and the budgets drawn against those trained on.",
+    )
+    max_num_gen_batches: Annotated[int, Range(ge=1)] = HfArg(
+        default=3,
+        help="With --dynamic_sampling: a step plays at most this many times tasks_per_step "
+        "groups (verl's name); 1 plays no replacement.",
+    )
     rollout_engine: Literal["auto", "dense", "generate"] = HfArg(
         default="auto",
         help="What samples the rollouts: 'dense', a copy of the policy made once per step with "
@@ -279,6 +292,11 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"--budget_min ({b.budget_min}) must be <= --budget_max ({b.budget_max})")
     if g.resume and g.overwrite_output_dir:
         raise ConfigError("--resume and --overwrite_output_dir conflict")
+    if g.backend == "trl" and g.dynamic_sampling:
+        raise ConfigError(
+            "--dynamic_sampling replaces tied groups inside minirl's step; TRL's GRPOTrainer "
+            "draws its own prompts, so --backend trl cannot express it: use --backend minirl"
+        )
     if g.backend == "trl" and t.reward_mode == "process":
         raise ConfigError(
             "--reward_mode process needs per-turn advantages, which --backend trl cannot express "
