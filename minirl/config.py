@@ -62,6 +62,14 @@ class ModelArgs:
     quant: Literal["nf4", "none"] = HfArg(
         default="nf4", help="Base weights: 'nf4' = 4-bit NF4 via bitsandbytes; 'none' = fp32."
     )
+    dtype: Literal["auto", "bfloat16", "float32"] = HfArg(
+        default="auto",
+        help="The dtype of the base model's matmuls (TRL ModelConfig.dtype): with --quant nf4 "
+        "the 4-bit weights' compute dtype, with --quant none the weights' own. 'auto': "
+        "bfloat16 on a GPU; on a CPU, bfloat16 for a pretrained chat model where the CPU has "
+        "native bf16 matmuls (AVX512-BF16 or AMX), else float32, and float32 for tiny "
+        "(minirl.models.resolve_dtype says what was measured).",
+    )
     lora_r: Count = HfArg(default=16, help="LoRA rank (TRL ModelConfig.lora_r).")
     lora_alpha: Annotated[int, Range(ge=1, why="0 would scale the adapters to nothing")] = HfArg(
         default=32, help="LoRA scaling alpha (TRL ModelConfig.lora_alpha)."
@@ -328,6 +336,10 @@ class EvalArgs:
     task: str = HfArg(default="gridnav", help="Environment (see tasks/).")
     model: str = HfArg(default="tiny", help="Base model the adapters were trained on.")
     quant: Literal["nf4", "none"] = HfArg(default="nf4", help="Base weights: 4-bit NF4 or fp32.")
+    dtype: Literal["auto", "bfloat16", "float32"] = HfArg(
+        default="auto",
+        help="The dtype of the base model's matmuls, as train.py's --dtype (minirl.models).",
+    )
     k: str = HfArg(default="1,2,4,8", help="Sampling breadths K, e.g. '1,2,4,8'.")
     t: str = HfArg(default="1-8", help="Turn budgets T: a list '2,4,8', a range '1-8', or both.")
     n: Count = HfArg(default=8, help="Episodes per instance and budget (n >= max K).")
@@ -512,6 +524,15 @@ class BenchArgs:
         default=3, help="Timed training steps per backend, after one untimed warm-up (0 = skip)."
     )
     backends: str = HfArg(default="minirl,trl", help="Training backends to time and measure.")
+    engine_models: str = HfArg(
+        default="tiny,smollm2",
+        help="Models of the engine part: training steps with the dense sampling engine against "
+        "the generate path (tiny: the default step on --task; smollm2 or a path: a small guess "
+        "step); '' skips it.",
+    )
+    engine_steps: Annotated[int, Range(ge=0)] = HfArg(
+        default=3, help="Timed steps per path and model in the engine part (0 = skip)."
+    )
     memory_model: str = HfArg(
         default="smollm2",
         help="Base model of the memory part: peak memory of one training step against episodes "

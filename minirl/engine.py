@@ -12,8 +12,11 @@ into plain tensors, the way trainers that sample with vLLM sync their weights in
 with q, k, v stacked into one matrix and gate, up into another (one matmul each instead of three
 and two). The training forward stays the 4-bit + LoRA model: the gradient must reach the
 adapters, and memory stays 4-bit. The two compute the same function, so the log-probs stored at
-sampling are the ones the first training forward recomputes (tests/test_engine.py holds them to
-2e-4 on the CPU, where both run in float32).
+sampling are the ones the first training forward recomputes: tests/test_engine.py holds them to
+2e-4 in float32. In bf16 (a GPU, or a chat model on a CPU with bf16 matmuls) the delta is kept
+apart rather than merged (`DenseLinear` says why), and the log-probs agree as closely as bf16
+matmuls in two different batch shapes can: the stated tolerance there is 0.1 (measured on
+smollm2: mean 0.01).
 
 The forward, for the Llama family (Llama, SmolLM2, Qwen2: `SUPPORTED`), written out:
 
@@ -54,19 +57,31 @@ ENGINES = ("auto", "dense", "generate")
 
 
 @dataclass
+class DenseLinear:
+    """One linear map of the copy: y = x W^T + b, plus LoRA's (x A^T) B^T kept apart if set.
+
+    In float32 the LoRA delta is merged into W (exact to rounding). In a lower precision it is
+    not: W + scaling * B @ A rounded to bf16 is a different rounding of every weight than the
+    training forward's bf16(W) + LoRA in float32, and shifted log-probs by up to 0.16 on smollm2;
+    kept apart, only the matmuls' accumulation order differs (tests/test_engine.py).
+    """
+
+    weight: Tensor  # [out, in], in the compute dtype
+    bias: Tensor | None = None
+    lora_a: Tensor | None = None  # [R, in] float32, the adapters' A stacked
+    lora_b: Tensor | None = None  # [out, R] float32, scaling * B (block-diagonal when stacked)
+
+
+@dataclass
 class DenseLayer:
     """One decoder layer's weights, dense, in the engine's compute dtype."""
 
     attn_norm: Tensor  # [H]
-    qkv: Tensor  # [(heads + 2 * kv_heads) * head_dim, H]: q, k, v stacked
-    qkv_bias: Tensor | None
-    out: Tensor  # [H, heads * head_dim]
-    out_bias: Tensor | None
+    qkv: DenseLinear  # [(heads + 2 * kv_heads) * head_dim, H]: q, k, v stacked
+    out: DenseLinear  # [H, heads * head_dim]
     mlp_norm: Tensor  # [H]
-    gate_up: Tensor  # [2 * I, H]: gate, then up
-    gate_up_bias: Tensor | None
-    down: Tensor  # [H, I]
-    down_bias: Tensor | None
+    gate_up: DenseLinear  # [2 * I, H]: gate, then up
+    down: DenseLinear  # [H, I]
 
 
 @dataclass
@@ -76,7 +91,7 @@ class DenseDecoder:
     embed: Tensor  # [V, H], the residual stream's dtype
     layers: list[DenseLayer]
     norm: Tensor  # [H]
-    head: Tensor  # [V, H]
+    head: DenseLinear  # [V, H]
     rotary: torch.nn.Module  # transformers' rotary embedding: (x, positions) -> cos, sin
     heads: int
     kv_heads: int
@@ -132,15 +147,15 @@ def _is_4bit(weight: Tensor) -> bool:
 
 
 @torch.no_grad()
-def dense_weight(module: torch.nn.Module) -> tuple[Tensor, Tensor | None, torch.dtype]:
-    """A linear layer's effective weight and bias, and the dtype its matmul runs in.
+def dense_linear(module: torch.nn.Module) -> DenseLinear:
+    """A linear layer of the policy as plain tensors, in the dtype its matmul runs in.
 
     Handles the three kinds the policy holds: a plain `nn.Linear`, bitsandbytes' `Linear4bit`
-    (dequantized: exactly the matrix its CPU kernel multiplies by), and peft's LoRA wrapper of
-    either, whose active adapters' deltas ``scaling * B @ A`` are added (unless the adapters are
-    disabled, or already merged into the base weight).
+    (dequantized: exactly the matrix its kernel multiplies by), and peft's LoRA wrapper of either,
+    whose active adapters' ``scaling * B @ A`` is added (unless the adapters are disabled, or
+    already merged into the base weight).
     """
-    delta = None
+    factors: list[tuple[Tensor, Tensor]] = []  # (A, scaling * B) per active adapter
     base = module
     if hasattr(module, "base_layer") and hasattr(module, "lora_A"):  # a peft LoRA layer
         base = module.base_layer
@@ -149,8 +164,9 @@ def dense_weight(module: torch.nn.Module) -> tuple[Tensor, Tensor | None, torch.
                 if name in module.lora_A:
                     if getattr(module, "use_dora", {}).get(name, False):
                         raise ValueError("the dense sampling copy does not support DoRA adapters")
-                    d = module.get_delta_weight(name).float()
-                    delta = d if delta is None else delta + d
+                    a = module.lora_A[name].weight.detach().float()
+                    b = module.lora_B[name].weight.detach().float() * module.scaling[name]
+                    factors.append((a, b))
     weight = base.weight
     if _is_4bit(weight):
         import bitsandbytes as bnb
@@ -158,25 +174,45 @@ def dense_weight(module: torch.nn.Module) -> tuple[Tensor, Tensor | None, torch.
         dense = bnb.functional.dequantize_4bit(weight.data, weight.quant_state).float()
         dtype = base.compute_dtype or torch.float32
     else:
-        dense = weight.float()
+        dense = weight.detach().float()
         dtype = weight.dtype
-    if delta is not None:
-        dense = dense + delta
     bias = None if base.bias is None else base.bias.detach().to(dtype)
-    return dense.to(dtype), bias, dtype
+    if dtype == torch.float32:
+        for a, b in factors:
+            dense = dense + b @ a
+        return DenseLinear(dense, bias)
+    if not factors:
+        return DenseLinear(dense.to(dtype), bias)
+    return DenseLinear(
+        dense.to(dtype),
+        bias,
+        torch.cat([a for a, _ in factors]),
+        torch.cat([b for _, b in factors], dim=1),
+    )
 
 
-def _stack(modules: list[torch.nn.Module]) -> tuple[Tensor, Tensor | None]:
-    """Several linear layers reading the same input, as one: weights (and biases) stacked."""
-    parts = [dense_weight(m) for m in modules]
-    weight = torch.cat([w for w, _, _ in parts])
-    if all(b is None for _, b, _ in parts):
-        return weight, None
-    biases = [
-        b if b is not None else torch.zeros(w.shape[0], dtype=w.dtype, device=w.device)
-        for w, b, _ in parts
-    ]
-    return weight, torch.cat(biases)
+def _stack(modules: list[torch.nn.Module]) -> DenseLinear:
+    """Several linear layers reading the same input, as one: their outputs concatenated."""
+    parts = [dense_linear(m) for m in modules]
+    weight = torch.cat([p.weight for p in parts])
+    bias = None
+    if any(p.bias is not None for p in parts):
+        bias = torch.cat(
+            [p.bias if p.bias is not None else p.weight.new_zeros(p.weight.shape[0]) for p in parts]
+        )
+    if all(p.lora_a is None for p in parts):
+        return DenseLinear(weight, bias)
+    # Each layer's A reads the same input, so the A's stack; each B writes only its own outputs,
+    # so the B's sit on the diagonal of one [sum out, sum R] matrix.
+    empty = [weight.new_zeros(0, weight.shape[1], dtype=torch.float32)]
+    a = torch.cat([p.lora_a for p in parts if p.lora_a is not None] + empty)
+    b = torch.block_diag(
+        *[
+            p.lora_b if p.lora_b is not None else p.weight.new_zeros(p.weight.shape[0], 0).float()
+            for p in parts
+        ]
+    )
+    return DenseLinear(weight, bias, a, b)
 
 
 @torch.no_grad()
@@ -190,25 +226,17 @@ def dense_copy(model: torch.nn.Module) -> DenseDecoder:
     layers = []
     for layer in decoder.layers:
         attn, mlp = layer.self_attn, layer.mlp
-        qkv, qkv_bias = _stack([attn.q_proj, attn.k_proj, attn.v_proj])
-        out, out_bias, _ = dense_weight(attn.o_proj)
-        gate_up, gate_up_bias = _stack([mlp.gate_proj, mlp.up_proj])
-        down, down_bias, _ = dense_weight(mlp.down_proj)
         layers.append(
             DenseLayer(
                 attn_norm=layer.input_layernorm.weight.detach(),
-                qkv=qkv,
-                qkv_bias=qkv_bias,
-                out=out,
-                out_bias=out_bias,
+                qkv=_stack([attn.q_proj, attn.k_proj, attn.v_proj]),
+                out=dense_linear(attn.o_proj),
                 mlp_norm=layer.post_attention_layernorm.weight.detach(),
-                gate_up=gate_up,
-                gate_up_bias=gate_up_bias,
-                down=down,
-                down_bias=down_bias,
+                gate_up=_stack([mlp.gate_proj, mlp.up_proj]),
+                down=dense_linear(mlp.down_proj),
             )
         )
-    head, _, _ = dense_weight(causal_lm.get_output_embeddings())
+    head = dense_linear(causal_lm.get_output_embeddings())
     heads = config.num_attention_heads
     return DenseDecoder(
         embed=decoder.embed_tokens.weight.detach(),
@@ -271,10 +299,13 @@ def new_cache(decoder: DenseDecoder, batch: int, slots: int) -> KVCache:
     )
 
 
-def _linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+def _linear(x: Tensor, linear: DenseLinear) -> Tensor:
     # The matmul runs in the weight's dtype (bf16 on a GPU with NF4), the residual stream stays
-    # in its own, as bitsandbytes' Linear4bit does.
-    return F.linear(x.to(weight.dtype), weight, bias).to(x.dtype)
+    # in its own, as bitsandbytes' Linear4bit does; LoRA kept apart runs in float32, as in peft.
+    y = F.linear(x.to(linear.weight.dtype), linear.weight, linear.bias).to(x.dtype)
+    if linear.lora_a is not None:
+        y = y + F.linear(F.linear(x.float(), linear.lora_a), linear.lora_b).to(x.dtype)
+    return y
 
 
 def _rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
@@ -312,9 +343,7 @@ def forward(decoder: DenseDecoder, cache: KVCache, ids: Tensor, widths: list[int
     heads, kv_heads, d = decoder.heads, decoder.kv_heads, decoder.head_dim
     for i, layer in enumerate(decoder.layers):
         x = _rms_norm(h, layer.attn_norm, decoder.eps)
-        q, k, v = _linear(x, layer.qkv, layer.qkv_bias).split(
-            [heads * d, kv_heads * d, kv_heads * d], dim=-1
-        )
+        q, k, v = _linear(x, layer.qkv).split([heads * d, kv_heads * d, kv_heads * d], dim=-1)
         q = _rotate(q.view(batch, width, heads, d).transpose(1, 2), cos, sin)
         k = _rotate(k.view(batch, width, kv_heads, d).transpose(1, 2), cos, sin)
         v = v.view(batch, width, kv_heads, d).transpose(1, 2)
@@ -329,17 +358,15 @@ def forward(decoder: DenseDecoder, cache: KVCache, ids: Tensor, widths: list[int
             scale=d**-0.5,
             enable_gqa=kv_heads != heads,
         )  # [B, heads, W, D]
-        h = h + _linear(
-            attended.transpose(1, 2).reshape(batch, width, heads * d), layer.out, layer.out_bias
-        )
+        h = h + _linear(attended.transpose(1, 2).reshape(batch, width, heads * d), layer.out)
         x = _rms_norm(h, layer.mlp_norm, decoder.eps)
-        gate, up = _linear(x, layer.gate_up, layer.gate_up_bias).chunk(2, dim=-1)
-        h = h + _linear(F.silu(gate) * up, layer.down, layer.down_bias)
+        gate, up = _linear(x, layer.gate_up).chunk(2, dim=-1)
+        h = h + _linear(F.silu(gate) * up, layer.down)
     fed = torch.tensor(widths, dtype=torch.long, device=device)
     cache.lengths = cache.lengths + fed
     cache.host_lengths = [n + w for n, w in zip(cache.host_lengths, widths, strict=True)]
     last = h[torch.arange(batch, device=device), (fed - 1).clamp(min=0)]  # [B, H]
-    return _linear(_rms_norm(last, decoder.norm, decoder.eps), decoder.head, None).float()
+    return _linear(_rms_norm(last, decoder.norm, decoder.eps), decoder.head).float()
 
 
 def sample(logits: Tensor, temperature: float) -> tuple[Tensor, Tensor]:

@@ -99,6 +99,9 @@ class StepGroups:
             "frac_reward_zero_std": sum(not g.informative for g in self.drawn) / len(self.drawn),
             "extra_rollouts_frac": played / self.episodes_per_step - 1.0,
             "groups_trained": float(len(self.trained)),
+            "generated_tokens": float(
+                sum(sum(e.loss_mask) for g in self.drawn for e in g.episodes)
+            ),
             "budget_drawn": sum(g.budget for g in self.drawn) / len(self.drawn),
             "budget_trained": (
                 sum(g.budget for g in self.trained) / len(self.trained)

@@ -77,6 +77,7 @@ def train(cfg: Config, progress: bool = True) -> TrainResult:
         cfg.model.lora_dropout,
         task=cfg.task.task,
         gradient_checkpointing=cfg.grpo.gradient_checkpointing,
+        dtype=cfg.model.dtype,
     )
     optimizer = torch.optim.AdamW(
         trainable_parameters(model), lr=cfg.grpo.learning_rate, weight_decay=0.0

@@ -373,6 +373,7 @@ def train_trl(cfg: Config, progress: bool = True) -> TrainResult:
         device=state.device,
         task=cfg.task.task,
         gradient_checkpointing=cfg.grpo.gradient_checkpointing,
+        dtype=cfg.model.dtype,
     )
     metrics_path, summary_path = out / "metrics.jsonl", out / "summary.json"
     summary: dict = {

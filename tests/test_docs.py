@@ -16,8 +16,8 @@ How each kind of block is executed:
     only, one simulated study for the rules' check; tests/test_study_run.py runs two seeds),
     so documented real-size evaluations take seconds.
   * `python -m minirl.tools.bench ...` gets a toy size appended (T in {2, 4}, 4 episodes, no timed
-    training steps, one 4-episode memory step per backend on tiny; tests/test_tools_bench.py
-    times the steps).
+    training steps or engine steps, one 4-episode memory step per backend on tiny;
+    tests/test_tools_bench.py times the steps).
   * `pip install ARGS` runs as `python -m pip install --dry-run --no-index --no-build-isolation
     ARGS`: pip builds the project's metadata and resolves the exact requirements (the torch pin,
     the [dev] extra, constraints.txt's pins) against the installed environment, offline, and
@@ -99,7 +99,7 @@ STUDY_CAP = [
 BENCH_CAP = [
     *("--turns", "2,4", "--episodes", "4", "--naive_budget", "2", "--tasks_per_step", "2"),
     *("--num_generations", "2", "--per_device_train_batch_size", "2", "--train_steps", "0"),
-    *("--memory_model", "tiny", "--memory_episodes", "4"),
+    *("--memory_model", "tiny", "--memory_episodes", "4", "--engine_steps", "0"),
 ]
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.S | re.M)
 

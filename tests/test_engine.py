@@ -180,17 +180,42 @@ def test_unsupported_families_use_generate() -> None:
 
 
 @pytest.mark.slow
-def test_smollm2_engine_matches_the_training_forward() -> None:
-    """A real chat model (byte-level BPE, grouped-query attention, 30 layers) in NF4 + LoRA."""
-    model, tok = load_policy("smollm2", quant="nf4")
+@pytest.mark.parametrize(
+    ("dtype", "mean_gap", "max_gap"), [("float32", 1e-4, 1e-3), ("bfloat16", 0.03, 0.2)]
+)
+def test_smollm2_engine_matches_the_training_forward(
+    dtype: str, mean_gap: float, max_gap: float
+) -> None:
+    """A real chat model (byte-level BPE, grouped-query attention, 30 layers) in NF4 + LoRA.
+
+    In float32 the two agree to rounding. In bf16 every matmul output is rounded to 8 bits of
+    mantissa, and the engine's batch shapes differ from the training forward's, so roundings
+    differ and compound over 30 layers: measured mean |gap| 0.011, max 0.069 (LoRA kept apart;
+    merged into the bf16 weights it was 0.16). The bounds keep the first importance ratio well
+    inside the clip range [0.8, 1.2].
+    """
+    model, tok = load_policy("smollm2", quant="nf4", dtype=dtype)
     generator = torch.Generator().manual_seed(0)
     for name, p in model.named_parameters():
         if "lora_B" in name:
             p.data = torch.randn(p.shape, generator=generator) * 0.02
     decoder = engine.dense_copy(model)
     assert decoder.kv_heads < decoder.heads  # the GQA path
+    # LoRA merged in float32, kept apart (float32 factors) in bf16.
+    assert (decoder.layers[0].qkv.lora_a is None) == (dtype == "float32")
     torch.manual_seed(0)
-    specs = [EpisodeSpec("guess", s, 2, i) for i, s in enumerate(tasks.TRAIN_SEEDS[:4])]
-    episodes = rollout(decoder, tok, specs, max_new_tokens=4, task_text="natural")
-    gap = assert_ratio_is_one(model, tok, episodes, 1.0, tolerance=1e-3)
-    print(f"\nsmollm2 NF4 + LoRA: max |logp(sample) - logp(train)| = {gap:.2e}")
+    specs = [EpisodeSpec("guess", s, 3, i) for i, s in enumerate(tasks.TRAIN_SEEDS[:6])]
+    episodes = rollout(decoder, tok, specs, max_new_tokens=5, task_text="natural")
+    batch = to_batch(episodes, tok.pad_token_id, torch.device("cpu"))
+    with torch.no_grad():
+        logps, _ = loss_token_logps(
+            model, batch.input_ids, batch.attention_mask, batch.loss_mask, 1.0
+        )
+    mask = batch.loss_mask.bool()
+    gap = (logps[mask] - batch.old_logps[mask]).abs()
+    print(
+        f"\nsmollm2 NF4 + LoRA, {dtype}: |logp(sample) - logp(train)| mean {gap.mean():.2e}, "
+        f"max {gap.max():.2e} over {int(mask.sum())} tokens"
+    )
+    assert mask.sum() > 20
+    assert gap.mean() < mean_gap and gap.max() < max_gap

@@ -200,7 +200,9 @@ def compare(args: EvalArgs, progress: bool = True, samples: Path | None = None) 
         # The fixed states: base episodes at T_max, from a seed of their own, whatever
         # checkpoints are compared. Fresh states for single-step quality, post-error ones for
         # recovery; the analyses pair the checkpoints over them.
-        base_model, tokenizer = load_policy(args.model, args.quant, task=args.task)
+        base_model, tokenizer = load_policy(
+            args.model, args.quant, task=args.task, dtype=args.dtype
+        )
         base_policy = for_sampling(base_model, args.rollout_engine)
         rollout_kwargs["task_text"] = resolve_task_text(args.task_text, tokenizer)
         results.meta.task_text = rollout_kwargs["task_text"]
@@ -238,7 +240,9 @@ def compare(args: EvalArgs, progress: bool = True, samples: Path | None = None) 
         total = episodes_to_play(ts, len(seeds), args.n, args.budget_visible)
         for name, path in paths.items():
             started = time.perf_counter()
-            model, tokenizer = load_policy(args.model, args.quant, adapter=path, task=args.task)
+            model, tokenizer = load_policy(
+                args.model, args.quant, adapter=path, task=args.task, dtype=args.dtype
+            )
             # One sampling copy per checkpoint (minirl.engine) serves every analysis below.
             policy = for_sampling(model, args.rollout_engine)
             job = bar.add_task(f"eval {name}", total=total, metrics="")
