@@ -66,11 +66,16 @@ TUTORIALS = sorted((ROOT / "tutorials").glob("0*.md"))  # the lessons, in order
 # Everything else in tutorials/ (the assignments README, the site's pages, the study report) runs
 # as markdown; not the model cards peft writes into the checkpoints of a study's runs/ (ignored
 # by git: a local study).
+# The measured page holds what were the README's later sections: it runs after the README, in the
+# same directory, as it did as part of it (its evaluation reads the main job's run).
+CONTINUED = {ROOT / "README.md": ROOT / "tutorials" / "measured.md"}
 DOCS = [
     *sorted(
         p
         for p in (ROOT / "tutorials").rglob("*.md")
-        if "runs" not in p.relative_to(ROOT).parts and p not in TUTORIALS
+        if "runs" not in p.relative_to(ROOT).parts
+        and p not in TUTORIALS
+        and p not in CONTINUED.values()
     ),
     ROOT / "README.md",
 ]
@@ -363,6 +368,9 @@ def test_lesson_notebook_runs(lesson: Path, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("path", DOCS, ids=[str(p.relative_to(ROOT)) for p in DOCS])
 def test_document_runs(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    ran = run_document(path, scratch_root(tmp_path), monkeypatch)
+    cwd = scratch_root(tmp_path)
+    ran = run_document(path, cwd, monkeypatch)
     if path.parent == ROOT or path.parent.name == "assignments":  # the READMEs document commands
         assert ran, f"{path.name} has no executable blocks"
+    if path in CONTINUED:
+        assert run_document(CONTINUED[path], cwd, monkeypatch), CONTINUED[path].name
