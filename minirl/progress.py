@@ -54,7 +54,8 @@ class LineProgress(Progress):
     """
 
     def __init__(self, *columns: ProgressColumn, every: float = 10.0, **kwargs) -> None:
-        super().__init__(*columns, **kwargs)
+        # No refresh thread: `track` then advances the task itself, item by item.
+        super().__init__(*columns, auto_refresh=False, **kwargs)
         self.every = every
         self._last: dict[TaskID, float] = {}  # when each task's row was last printed
         self._done: set[TaskID] = set()

@@ -48,10 +48,12 @@ def test_line_progress_prints_a_row_every_interval_and_at_the_end() -> None:
             clock[0] = now
             bar.update(job, advance=1, metrics=f"R {now:.1f}")
         bar.update(job, metrics="after the end")  # a finished task prints no more
+        assert sum(1 for _ in bar.track(range(4), description="track")) == 4  # rich's own loop
     rows = out.getvalue().splitlines()
-    assert len(rows) == 2, rows
+    assert len(rows) == 3, rows
     assert rows[0].startswith("train") and "3/5" in rows[0] and "R 11.0" in rows[0]
     assert "5/5" in rows[1] and "R 13.0" in rows[1]
+    assert rows[2].startswith("track") and "4/4" in rows[2]
     assert not any(code in out.getvalue() for code in ("\x1b", "\r"))
 
 
