@@ -63,12 +63,12 @@ from minirl.tools import notebooks
 
 ROOT = Path(__file__).resolve().parents[1]
 TUTORIALS = sorted((ROOT / "tutorials").glob("0*.md"))  # the lessons, in order
-# Everything else in tutorials/ (the assignments README, the site's pages, the study report) runs
-# as markdown; not the model cards peft writes into the checkpoints of a study's runs/ (ignored
-# by git: a local study).
 # The measured page holds what were the README's later sections: it runs after the README, in the
 # same directory, as it did as part of it (its evaluation reads the main job's run).
 CONTINUED = {ROOT / "README.md": ROOT / "tutorials" / "measured.md"}
+# Everything else in tutorials/ (the assignments README, the site's pages, the study report) runs
+# as markdown; not the model cards peft writes into the checkpoints of a study's runs/ (ignored
+# by git: a local study).
 DOCS = [
     *sorted(
         p

@@ -132,8 +132,8 @@ def shell_commands(source: str) -> list[str] | None:
 
 def header(title: str, source: Path, notebook: Path, root: Path, note: str) -> str:
     generated = (
-        f"*This notebook is generated from [`{source.name}`]({source.name}) by "
-        f"`python -m minirl.tools.notebooks`: edit that file, not this one.*"
+        f"*Generated from [`{source.name}`]({source.name}) by `python -m minirl.tools.notebooks`; "
+        "to change the course, edit that file and regenerate.*"
     )
     colab = f"[Open in Colab]({colab_url(notebook, root)})"
     return f"{title}\n\n{generated} {colab}. {note}"
