@@ -168,9 +168,15 @@ def lesson_notebook(lesson: Path, root: Path = ROOT) -> str:
             cells.append(new_code_cell("\n".join(line for line in kept if line.strip())))
         else:
             cells.append(new_code_cell(source))
-    title, _, rest = cells[0].source.partition("\n")
+    # The lesson's title heads the notebook, above the setup cell; a lesson without one gets its
+    # file name.
+    first = cells[0].source if cells and cells[0].cell_type == "markdown" else ""
+    title, _, rest = first.partition("\n")
+    if title.startswith("# "):
+        cells = ([new_markdown_cell(rest.strip())] if rest.strip() else []) + cells[1:]
+    else:
+        title = f"# {lesson.stem}"
     note = "Shell commands (`!python ...`) run from the repository root."
-    cells[0] = new_markdown_cell(rest.strip()) if rest.strip() else None
     notebook = lesson.with_suffix(".ipynb")
     top = [
         new_markdown_cell(header(title, lesson, notebook, root, note)),
@@ -179,7 +185,7 @@ def lesson_notebook(lesson: Path, root: Path = ROOT) -> str:
     # A lesson that loads a model or trains asks Colab for a GPU; the others do not need one.
     text = lesson.read_text()
     gpu = any(word in text for word in ("load_policy(", "train.py", "evaluate.py"))
-    return finish(top + [c for c in cells if c is not None], gpu)
+    return finish(top + cells, gpu)
 
 
 @dataclass
