@@ -10,13 +10,13 @@ sentence each rule chooses, never one written by hand. The rules, per task and a
    the arm's single-step gain d (log-odds, fixed fresh states) is carried through the turns by
    the simulated policy of minirl.study.simulate, giving null(T), what d alone buys at T. The
    statistic is the excess's growth,
-       growth = [gap - null](T_max) - [gap - null](T_min),
+       `growth = [gap - null](T_max) - [gap - null](T_min)`,
    and the claim is shown when it is positive (Holm-adjusted p < 0.05). The null is a model:
    its simulated errors are uniform over the other actions, and the report prints its base
    curve beside base's real one so that a reader can see where it is off.
 2. Where RL helps (recovery). On the fixed post-error states and the fixed fresh states, the
    change of the optimal-action rate in log-odds, post-error minus fresh:
-       recovery = dlogit(post-error) - dlogit(fresh).
+       `recovery = dlogit(post-error) - dlogit(fresh)`.
    A policy that only gains single-step quality gains the same log-odds everywhere (0); one that
    learned to recover gains more after an error. Shown when positive (Holm). The rates are
    pooled over states, and a uniform shift moves a pooled rate's log-odds by exactly d only when

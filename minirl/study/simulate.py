@@ -155,7 +155,7 @@ def null_table(
 
 
 def interpolate(table: dict[float, dict[int, float]], d: float, t: int) -> float:
-    """Linear interpolation of table[d][t] in d, clamped to the table's range."""
+    """Linear interpolation of `table[d][t]` in d, clamped to the table's range."""
     keys = sorted(table)
     d = min(max(d, keys[0]), keys[-1])
     for lo, hi in zip(keys, keys[1:], strict=False):

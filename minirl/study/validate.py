@@ -24,8 +24,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from rich.progress import track
-
+from minirl.progress import progress_bar
 from minirl.study import simulate
 from minirl.study.claims import ALPHA, analyse_results
 
@@ -110,10 +109,11 @@ def verdict_rates(
     sizes: Sizes = Sizes(),
 ) -> Rates:
     """Run `reps` simulated studies of `sizes` and count each rule's verdicts (the docstring)."""
-    runs = [
-        p_values(task, skills, rep, replicates, sizes)
-        for rep in track(range(reps), "simulated studies", disable=not progress)
-    ]
+    with progress_bar(disable=not progress) as bar:  # minirl's bar: plain lines in a notebook
+        runs = [
+            p_values(task, skills, rep, replicates, sizes)
+            for rep in bar.track(range(reps), description="simulated studies")
+        ]
 
     def share(key: str, level: float) -> float:
         return sum(r[key] < level for r in runs) / reps
