@@ -53,7 +53,7 @@ from minirl.checkpoint import (
 from minirl.config import Config, validate
 from minirl.episode import EpisodeSpec, episode_stats
 from minirl.models import load_policy, reference_policy, trainable_parameters
-from minirl.outputs import evaluate_policy, finish_run
+from minirl.outputs import evaluate_policy, finish_run, open_loop
 from minirl.progress import progress_bar
 from minirl.rewards import invalid_penalty_for, outcome_rewards, progress_rewards
 from minirl.rollout import rollout_in_chunks
@@ -113,6 +113,7 @@ def train(cfg: Config, progress: bool = True) -> TrainResult:
     )
     with progress_bar(disable=not progress) as bar, trackers_open as trackers:
         if cfg.grpo.eval_seeds and "base" not in summary:
+            summary["open_loop"] = open_loop(cfg)  # what ignoring every observation wins
             summary["base"] = evaluate_policy(model, tokenizer, cfg, out, "base", trackers, 0)
         job = bar.add_task("train", total=cfg.grpo.max_steps, completed=start_step, metrics="")
         for step in range(start_step, cfg.grpo.max_steps):

@@ -5,6 +5,8 @@
       checkpoints: {label: CheckpointResult}
         grid: [Cell]                       Pass@(K,T) per (K, T) (minirl.eval.passkt)
         successes: {T: [int]}              each instance's successes of n (the bootstrap's units)
+        feedback_use: {T: float}           bits per turn the replies depend on what was observed
+                                           (minirl.eval.feedback, from the same episodes)
         analysis: Analysis                 minirl.eval.analysis
           decision: DecisionQuality        optimal / valid rates on the fixed fresh states
           recovery: Recovery               success with and without an error (own episodes)
@@ -12,6 +14,7 @@
           horizon: {"1-2": Rate, ...}      success by optimal solution length
           efficiency: {T: Efficiency}      turns used by successful episodes
           invalid_rate
+      open_loop: {T: Yardstick}            the best feedback-blind success (minirl.eval.openloop)
 
 Everything downstream (the tables, the plots, the study's claims) reads these types, never key
 paths into nested dicts. `to_json` writes and `load_results` reads the same layout: keys in field
@@ -26,6 +29,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from minirl.eval.openloop import Yardstick, from_record
 from minirl.eval.passkt import Cell
 
 
@@ -104,6 +108,7 @@ class CheckpointResult:
     analysis: Analysis
     seconds: float
     successes: dict[int, list[int]] = field(default_factory=dict)  # T -> per instance, of n
+    feedback_use: dict[int, float] = field(default_factory=dict)  # T -> bits per turn
 
     def cell(self, k: int, t: int) -> Cell:
         return next(c for c in self.grid if c.k == k and c.t == t)
@@ -140,6 +145,7 @@ class EvalResults:
 
     meta: EvalMeta
     checkpoints: dict[str, CheckpointResult] = field(default_factory=dict)
+    open_loop: dict[int, Yardstick] = field(default_factory=dict)  # T -> the yardstick
 
     def to_json(self) -> dict:
         return _jsonable(dataclasses.asdict(self))  # type: ignore[return-value]
@@ -149,6 +155,7 @@ class EvalResults:
         return cls(
             meta=EvalMeta(**data["meta"]),
             checkpoints={name: _checkpoint(entry) for name, entry in data["checkpoints"].items()},
+            open_loop=_open_loop(data.get("open_loop", {})),
         )
 
 
@@ -221,6 +228,7 @@ def _checkpoint(data: dict) -> CheckpointResult:
         analysis=analysis,
         seconds=data["seconds"],
         successes={int(t): list(v) for t, v in data.get("successes", {}).items()},
+        feedback_use=_by_budget(data.get("feedback_use", {}), "feedback_use"),
     )
 
 
@@ -235,3 +243,35 @@ def _state_recovery(data: dict) -> StateRecovery:
 
 
 _CELL_FLOATS = {"mean", "stderr", "ci_low", "ci_high"}
+
+
+def _budget(key: object, where: str) -> int:
+    if not isinstance(key, str) or not key.isdigit():
+        raise ValueError(f"results.json: {where} has a key {key!r} that is not a turn budget")
+    return int(key)
+
+
+def _by_budget(data: object, where: str) -> dict[int, float]:
+    """{"T": number or null} -> {T: float} (null: NaN), every key and value checked."""
+    if not isinstance(data, dict):
+        raise ValueError(f"results.json: {where} is not a mapping of turn budgets")
+    out = {}
+    for key, value in data.items():
+        if value is not None and (not isinstance(value, int | float) or isinstance(value, bool)):
+            raise ValueError(f"results.json: {where}[{key!r}] is not a number: {value!r}")
+        out[_budget(key, where)] = _number(value)
+    return out
+
+
+def _open_loop(data: object) -> dict[int, Yardstick]:
+    """{"T": Yardstick fields} -> {T: Yardstick}, each record type-checked (older files: {})."""
+    if not isinstance(data, dict):
+        raise ValueError("results.json: open_loop is not a mapping of turn budgets")
+    out = {}
+    for key, record in data.items():
+        t = _budget(key, "open_loop")
+        found = from_record(record)
+        if found is None or found.budget != t:
+            raise ValueError(f"results.json: open_loop[{key!r}] is not a yardstick record")
+        out[t] = found
+    return out
