@@ -544,6 +544,8 @@ class OpenLoopArgs:
     )
     budgets: str = HfArg(default="4,8,12", help="Turn budgets T: '4,8,12', '1-8' or '1-4,8'.")
     seeds: Count = HfArg(default=100, help="Training instances the search chooses a sequence on.")
-    width: Count = HfArg(default=16, help="Sequences the beam search keeps per depth.")
+    width: Annotated[int, Range(ge=0)] = HfArg(
+        default=0, help="Sequences the beam search keeps per depth (0: the task's default)."
+    )
     held_out: HeldOut = HfArg(default=1000, help="Held-out instances the sequence is measured on.")
     no_cache: bool = HfArg(default=False, help="Compute (and time) afresh; the cache is untouched.")

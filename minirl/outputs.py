@@ -44,19 +44,23 @@ def evaluate_policy(
 ) -> dict[str, dict]:
     """Held-out success of `policy` ("base" or "trained"), as summary.json stores it."""
     results, played = run_evaluation(model, tokenizer, cfg)
-    for t, episodes in played.items():  # no extra rollout: the episodes success came from
-        results[str(t)]["feedback_use"] = feedback_use(episodes).bits
+    for t, episodes in played.items():  # no extra rollout: the episodes success was counted on
+        used = feedback_use(episodes)
+        results[str(t)].update(feedback_use=used.bits, feedback_use_sd=used.null_sd)
     add_samples(
         out / "episodes.json",
         policy,
         played,
         task=cfg.task.task,
         budget_visible=cfg.budget.budget_visible,
-        stats={t: {k: r[k] for k in ("success", "feedback_use")} for t, r in results.items()},
+        stats={t: {k: r[k] for k in STATS} for t, r in results.items()},
         open_loop=open_loop(cfg),
     )
     trackers.log_eval(results, step)
     return results
+
+
+STATS = ("success", "feedback_use", "feedback_use_sd")  # what episodes.json keeps per T
 
 
 def open_loop(cfg: Config) -> dict[str, dict]:
@@ -83,7 +87,8 @@ def before_after(summary: dict, task: str) -> list[str]:
     reference = reference if isinstance(reference, dict) else {}
     lines = [
         f"held-out success on {task} (base -> trained), beside the best feedback-blind policy "
-        "(open-loop); feedback use in bits per turn (0: the replies ignore the observations):"
+        "(open-loop); feedback use in bits per turn (0: the replies ignore the observations; "
+        "± its spread for a policy that does):"
     ]
     for budget in base:
         before, after = _number(base[budget], "success"), _number(trained.get(budget), "success")
@@ -93,10 +98,13 @@ def before_after(summary: dict, task: str) -> list[str]:
         y, se = _number(reference.get(budget), "success"), _number(reference.get(budget), "stderr")
         if y is not None and se is not None:
             line += f"   open-loop {y:.3f} ± {se:.3f}"
-        fb_before = _number(base[budget], "feedback_use")
-        fb_after = _number(trained.get(budget), "feedback_use")
-        if fb_before is not None and fb_after is not None:
-            line += f"   feedback use {fb_before:.2f} -> {fb_after:.2f}"
+        used = [
+            (_number(r, "feedback_use"), _number(r, "feedback_use_sd"))
+            for r in (base[budget], trained.get(budget))
+        ]
+        if all(None not in pair for pair in used):
+            shown = [f"{bits:.2f}±{sd:.2f}" for bits, sd in used]
+            line += f"   feedback use {shown[0]} -> {shown[1]}"
         lines.append(line)
     return lines
 

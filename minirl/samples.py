@@ -18,7 +18,8 @@ need the model and would sample new episodes, not the ones the run's numbers cam
                             "turns": [{"reply": "up", "valid": true, "mistake": false, ...}]},
                            ...],
                   "trained": [...]},
-     "stats": {"base": {"4": {"success": 0.2, "feedback_use": 0.31}, ...}, "trained": ...},
+     "stats": {"base": {"4": {"success": 0.2, "feedback_use": 0.07, "feedback_use_sd": 0.02},
+                          ...}, "trained": ...},
      "open_loop": {"4": {"success": 0.079, "stderr": 0.009, "sequence": ["up", ...], ...}}}
 """
 
@@ -63,8 +64,8 @@ def add_samples(
     `episodes_by_t[t]` is instance-major with `per_instance` episodes each (as
     minirl.eval.sampler.sweep returns them); the first episode of each of the first `instances`
     instances is kept. The file is written to a temporary name and renamed, so a crash never
-    leaves half a file. `stats` ({"T": {"success": .., "feedback_use": ..}}, over all of the
-    evaluation's episodes, not only the kept ones) and `open_loop` (the task's yardstick by "T",
+    leaves half a file. `stats` ({"T": {"success", "feedback_use", "feedback_use_sd"}}, over all
+    of the evaluation's episodes, not only the kept ones) and `open_loop` (the yardstick by "T",
     minirl.eval.openloop) are kept beside the episodes for the viewer's headline.
     """
     path = Path(path)

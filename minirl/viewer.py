@@ -282,15 +282,15 @@ def reference(samples: dict, budget: int) -> str:
     stats = samples.get("stats")
     for policy, by_budget in stats.items() if isinstance(stats, dict) else []:
         record = by_budget.get(str(budget)) if isinstance(by_budget, dict) else None
-        values = [
-            record.get(k) if isinstance(record, dict) else None for k in ("success", "feedback_use")
-        ]
+        keys = ("success", "feedback_use", "feedback_use_sd")
+        values = [record.get(k) if isinstance(record, dict) else None for k in keys]
         if all(isinstance(v, int | float) and not isinstance(v, bool) for v in values) and all(
             math.isfinite(v) for v in values
         ):
             line += (
                 f" {html.escape(str(policy))}: success {values[0]:.3f}, feedback use "
-                f"{values[1]:.2f} bits per turn over all its held-out episodes."
+                f"{values[1]:.2f} ± {values[2]:.2f} bits per turn (0 for replies that ignore "
+                "the observations), over all its held-out episodes."
             )
     return line
 

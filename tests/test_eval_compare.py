@@ -111,7 +111,7 @@ def test_evaluate_end_to_end_writes_every_output(
     samples = json.loads((tmp_path / "episodes.json").read_text())
     for name, entry in results["checkpoints"].items():
         assert set(entry["feedback_use"]) == {"1", "2", "3"}
-        assert samples["stats"][name]["3"]["feedback_use"] == entry["feedback_use"]["3"]
+        assert samples["stats"][name]["3"]["feedback_use"] == entry["feedback_use"]["3"]["bits"]
     assert f"wins <b>{blind[2].success:.3f}</b>" in page
     # Pass@K can only grow with K, and (per instance, hence on average) with T when hidden.
     for entry in results["checkpoints"].values():

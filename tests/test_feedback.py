@@ -30,9 +30,10 @@ def fixed(task: str):
 @pytest.mark.parametrize("task", tasks.NAMES)
 def test_a_fixed_sequence_uses_no_feedback_and_the_oracle_does(task: str) -> None:
     blind = feedback_use(simulate(task, SEEDS, BUDGET, fixed(task)))
-    assert blind.bits == 0.0 and blind.plug_in == 0.0 and blind.groups > 0
+    assert blind.bits == blind.plug_in == blind.null_sd == 0.0 and blind.groups > 0
     seeing = feedback_use(simulate(task, SEEDS, BUDGET, oracle))
     assert seeing.bits > 0.3, seeing  # a third of a bit per turn and more: clearly positive
+    assert seeing.bits > 10 * seeing.null_sd  # and far outside what a blind policy strays to
 
 
 def test_the_oracle_on_guess_uses_one_bit_per_turn_after_the_first() -> None:
@@ -53,6 +54,7 @@ def test_a_random_blind_policy_reads_zero_once_the_bias_is_corrected() -> None:
     found = feedback_use(played)
     assert found.plug_in > 0.2  # counting alone sees dependence in noise
     assert abs(found.bits) < 0.03  # the shuffle correction removes it
+    assert abs(found.bits) < 3 * found.null_sd  # within the spread it reports for blind play
 
 
 def test_a_blind_policy_with_memory_of_its_own_replies_reads_zero() -> None:

@@ -17,6 +17,7 @@ from rich.console import Console
 
 from minirl import outputs, viewer
 from minirl.eval import plots
+from minirl.eval.feedback import FeedbackUse
 from minirl.eval.openloop import Search, Yardstick, from_record, yardsticks
 from minirl.eval.results import EvalResults, load_results, save_results
 from minirl.eval.tables import open_loop_table
@@ -39,7 +40,10 @@ def results() -> EvalResults:
     )
     res = study.results
     res.open_loop = yardsticks("gridnav", list(TS), Search(seeds=20, width=4, held_out=100))
-    res.checkpoints["base"].feedback_use = {2: 0.25, 4: math.nan}
+    res.checkpoints["base"].feedback_use = {
+        2: FeedbackUse(0.25, 0.02, 0.4, 30, 5),
+        4: FeedbackUse(math.nan, math.nan, 0.0, 0, 0),
+    }
     return res
 
 
@@ -48,9 +52,18 @@ def test_results_json_round_trips_and_refuses_malformed_records(results, tmp_pat
     back = load_results(path)
     assert back.open_loop == results.open_loop
     used = back.checkpoints["base"].feedback_use
-    assert used[2] == 0.25 and math.isnan(used[4])  # NaN is null in the file, and back
+    assert used[2] == FeedbackUse(0.25, 0.02, 0.4, 30, 5)
+    assert math.isnan(used[4].bits) and used[4].turns == 0  # NaN is null in the file, and back
     data = json.loads(path.read_text())
-    for bad in ({"2": "lots"}, {"two": 0.1}, [0.1]):
+    record = data["checkpoints"]["base"]["feedback_use"]["2"]
+    for bad in (
+        {"2": "lots"},
+        {"two": record},
+        {"2": {**record, "bits": "0.3"}},
+        {"2": {**record, "turns": 30.0}},
+        {"2": {**record, "extra": 1}},
+        [record],
+    ):
         broken = json.loads(json.dumps(data))
         broken["checkpoints"]["base"]["feedback_use"] = bad
         with pytest.raises(ValueError, match="feedback_use"):
@@ -101,7 +114,7 @@ def test_the_terminal_table_puts_pass1_beside_the_yardstick(results) -> None:
         y = results.open_loop[t]
         assert f"{y.success:.3f}±{y.stderr:.3f}" in row
     used = next(line for line in text.splitlines() if "base feedback use" in line)
-    assert "0.25" in used and "n/a" in used
+    assert "0.25±0.02" in used and "nan±nan" in used
 
 
 def test_the_pass1_panel_draws_the_yardstick(results, tmp_path, monkeypatch) -> None:
@@ -118,13 +131,20 @@ def test_the_pass1_panel_draws_the_yardstick(results, tmp_path, monkeypatch) -> 
 def test_train_py_closing_lines() -> None:
     summary = {
         "open_loop": {"4": {"success": 0.0789, "stderr": 0.0085}},
-        "base": {"4": {"success": 0.2, "feedback_use": 0.31}, "8": {"success": 0.3}},
-        "trained": {"4": {"success": 0.35, "feedback_use": 0.02}, "8": {"success": "?"}},
+        "base": {
+            "4": {"success": 0.2, "feedback_use": 0.31, "feedback_use_sd": 0.02},
+            "8": {"success": 0.3},
+        },
+        "trained": {
+            "4": {"success": 0.35, "feedback_use": 0.02, "feedback_use_sd": 0.01},
+            "8": {"success": "?"},
+        },
     }
     lines = outputs.before_after(summary, "gridnav")
     assert len(lines) == 2 and "open-loop" in lines[0]
     assert (
-        lines[1] == "  T= 4: 0.200 -> 0.350   open-loop 0.079 ± 0.009   feedback use 0.31 -> 0.02"
+        lines[1]
+        == "  T= 4: 0.200 -> 0.350   open-loop 0.079 ± 0.009   feedback use 0.31±0.02 -> 0.02±0.01"
     )
     assert outputs.before_after({"base": {}}, "gridnav") == []  # no trained: no table
     old = {"base": {"4": {"success": 0.2}}, "trained": {"4": {"success": 0.5}}}
@@ -139,15 +159,18 @@ def test_the_viewer_headline_reads_only_well_typed_values() -> None:
     samples = {
         "task": "guess",
         "open_loop": {"4": record},
-        "stats": {"base": {"4": {"success": 0.05, "feedback_use": 0.4}}, "x<b>": "junk"},
+        "stats": {
+            "base": {"4": {"success": 0.05, "feedback_use": 0.4, "feedback_use_sd": 0.02}},
+            "x<b>": "junk",
+        },
     }
     line = viewer.reference(samples, 4)
     assert "wins <b>0.267</b> (exact) at T = 4" in line and "1 | 2 | 3 | 4" in line
-    assert "base: success 0.050, feedback use 0.40" in line and "x<b>" not in line
+    assert "base: success 0.050, feedback use 0.40 ± 0.02" in line and "x<b>" not in line
     for bad in ({**record, "success": "0.3"}, {**record, "budget": 6}, {**record, "task": "hilo"}):
         line = viewer.reference({**samples, "open_loop": {"4": bad}}, 4)
         assert "was not recorded" in line and "--budgets 4" in line
-    nan = {"base": {"4": {"success": math.nan, "feedback_use": 0.1}}}
+    nan = {"base": {"4": {"success": math.nan, "feedback_use": 0.1, "feedback_use_sd": 0.01}}}
     assert "base:" not in viewer.reference({**samples, "stats": nan}, 4)
 
 

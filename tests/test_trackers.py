@@ -193,8 +193,8 @@ def test_the_run_reports_the_open_loop_yardstick_and_feedback_use(run: dict) -> 
         assert summary["open_loop"][str(t)]["sequence"] == y.sequence
     for policy in ("base", "trained"):
         for t in ("2", "3", "4"):
-            used = summary[policy][t]["feedback_use"]
-            assert isinstance(used, float) and -1.0 < used <= 2.0  # at most log2(4 moves + 1)
+            used, sd = summary[policy][t]["feedback_use"], summary[policy][t]["feedback_use_sd"]
+            assert -1.0 < used <= 2.0 and 0.0 <= sd < 1.0  # at most log2(4 moves + invalid)
     # train.py's closing table: success base -> trained, the yardstick and feedback use.
     rows = [line for line in run["stdout"].splitlines() if line.startswith("  T=")]
     assert len(rows) == 3
@@ -202,7 +202,8 @@ def test_the_run_reports_the_open_loop_yardstick_and_feedback_use(run: dict) -> 
         base, trained = summary["base"][t], summary["trained"][t]
         assert f"{base['success']:.3f} -> {trained['success']:.3f}" in row
         assert f"open-loop {expected[int(t)].success:.3f}" in row
-        assert f"feedback use {base['feedback_use']:.2f} -> {trained['feedback_use']:.2f}" in row
+        shown = [f"{r['feedback_use']:.2f}±{r['feedback_use_sd']:.2f}" for r in (base, trained)]
+        assert f"feedback use {shown[0]} -> {shown[1]}" in row
     # The viewer's page says it too, for the budget it shows (the middle one, T = 3).
     page = (run["out"] / "episodes.html").read_text()
     assert f"wins <b>{expected[3].success:.3f}</b>" in page

@@ -256,7 +256,7 @@ def compare(args: EvalArgs, progress: bool = True, samples: Path | None = None) 
                 on_batch=lambda done, job=job: bar.update(job, completed=min(done, total)),
                 **rollout_kwargs,
             )
-            used = {t: feedback_use(episodes[t]).bits for t in ts}  # the same episodes
+            used = {t: feedback_use(episodes[t]) for t in ts}  # from the same episodes
             if samples is not None:
                 samples.parent.mkdir(parents=True, exist_ok=True)
                 add_samples(
@@ -269,7 +269,8 @@ def compare(args: EvalArgs, progress: bool = True, samples: Path | None = None) 
                     stats={
                         str(t): {
                             "success": sum(e.success for e in episodes[t]) / len(episodes[t]),
-                            "feedback_use": used[t],
+                            "feedback_use": used[t].bits,
+                            "feedback_use_sd": used[t].null_sd,
                         }
                         for t in ts
                     },

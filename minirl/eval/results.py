@@ -5,7 +5,7 @@
       checkpoints: {label: CheckpointResult}
         grid: [Cell]                       Pass@(K,T) per (K, T) (minirl.eval.passkt)
         successes: {T: [int]}              each instance's successes of n (the bootstrap's units)
-        feedback_use: {T: float}           bits per turn the replies depend on what was observed
+        feedback_use: {T: FeedbackUse}     bits per turn the replies depend on what was observed
                                            (minirl.eval.feedback, from the same episodes)
         analysis: Analysis                 minirl.eval.analysis
           decision: DecisionQuality        optimal / valid rates on the fixed fresh states
@@ -29,6 +29,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from minirl.eval.feedback import FeedbackUse
 from minirl.eval.openloop import Yardstick, from_record
 from minirl.eval.passkt import Cell
 
@@ -108,7 +109,7 @@ class CheckpointResult:
     analysis: Analysis
     seconds: float
     successes: dict[int, list[int]] = field(default_factory=dict)  # T -> per instance, of n
-    feedback_use: dict[int, float] = field(default_factory=dict)  # T -> bits per turn
+    feedback_use: dict[int, FeedbackUse] = field(default_factory=dict)  # T -> its measure
 
     def cell(self, k: int, t: int) -> Cell:
         return next(c for c in self.grid if c.k == k and c.t == t)
@@ -228,7 +229,7 @@ def _checkpoint(data: dict) -> CheckpointResult:
         analysis=analysis,
         seconds=data["seconds"],
         successes={int(t): list(v) for t, v in data.get("successes", {}).items()},
-        feedback_use=_by_budget(data.get("feedback_use", {}), "feedback_use"),
+        feedback_use=_feedback(data.get("feedback_use", {})),
     )
 
 
@@ -251,15 +252,26 @@ def _budget(key: object, where: str) -> int:
     return int(key)
 
 
-def _by_budget(data: object, where: str) -> dict[int, float]:
-    """{"T": number or null} -> {T: float} (null: NaN), every key and value checked."""
+def _feedback(data: object) -> dict[int, FeedbackUse]:
+    """{"T": FeedbackUse fields} -> {T: FeedbackUse}, every key and field checked (null: NaN)."""
     if not isinstance(data, dict):
-        raise ValueError(f"results.json: {where} is not a mapping of turn budgets")
+        raise ValueError("results.json: feedback_use is not a mapping of turn budgets")
+    fields = [f.name for f in dataclasses.fields(FeedbackUse)]
     out = {}
-    for key, value in data.items():
-        if value is not None and (not isinstance(value, int | float) or isinstance(value, bool)):
-            raise ValueError(f"results.json: {where}[{key!r}] is not a number: {value!r}")
-        out[_budget(key, where)] = _number(value)
+    for key, record in data.items():
+        ok = isinstance(record, dict) and set(record) == set(fields)
+        ok = ok and all(type(record[k]) is int for k in ("turns", "groups"))
+        ok = ok and all(
+            record[k] is None
+            or (isinstance(record[k], int | float) and type(record[k]) is not bool)
+            for k in ("bits", "null_sd", "plug_in")
+        )
+        if not ok:
+            raise ValueError(f"results.json: feedback_use[{key!r}] is not a feedback-use record")
+        numbers = {k: _number(record[k]) for k in ("bits", "null_sd", "plug_in")}
+        out[_budget(key, "feedback_use")] = FeedbackUse(
+            **numbers, turns=record["turns"], groups=record["groups"]
+        )
     return out
 
 

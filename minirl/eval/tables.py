@@ -65,7 +65,8 @@ def open_loop_table(results: EvalResults) -> Table:
     ts = [t for t in results.meta.ts if t in results.open_loop]
     table = Table(
         title="Pass@(1,T) beside the best feedback-blind policy (open-loop); "
-        "feedback use in bits per turn (0: replies ignore the observations)"
+        "feedback use in bits per turn (0: replies ignore the observations; ± its spread "
+        "for a policy that does)"
     )
     table.add_column("", justify="right", style="bold")
     for t in ts:
@@ -75,9 +76,10 @@ def open_loop_table(results: EvalResults) -> Table:
         table.add_row(
             f"{name} Pass@1", *(f"{cells[(1, t)].mean:.3f}±{cells[(1, t)].stderr:.3f}" for t in ts)
         )
-        used = [entry.feedback_use.get(t, math.nan) for t in ts]
+        used = [entry.feedback_use.get(t) for t in ts]
         table.add_row(
-            f"{name} feedback use", *("n/a" if math.isnan(u) else f"{u:.2f}" for u in used)
+            f"{name} feedback use",
+            *("n/a" if u is None else f"{u.bits:.2f}±{u.null_sd:.2f}" for u in used),
         )
     table.add_row(
         "open-loop best",
