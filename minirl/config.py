@@ -587,3 +587,19 @@ class CurvesArgs:
     """python -m minirl.curves RUN_DIR: training curves from RUN_DIR/metrics.jsonl."""
 
     output: str = HfArg(default="", help="Where to write the PNG; default RUN_DIR/curves.png.")
+
+
+@dataclass
+class OpenLoopArgs:
+    """python -m minirl.eval.openloop: the best feedback-blind success per task and budget T."""
+
+    task: Literal["gridnav", "icy", "sokoban", "guess", "hilo", "fog", "house"] = HfArg(
+        default="gridnav", help="Environment (see tasks/)."
+    )
+    budgets: str = HfArg(default="4,8,12", help="Turn budgets T: '4,8,12', '1-8' or '1-4,8'.")
+    seeds: Count = HfArg(default=100, help="Training instances the search chooses a sequence on.")
+    width: Annotated[int, Range(ge=0)] = HfArg(
+        default=0, help="Sequences the beam search keeps per depth (0: the task's default)."
+    )
+    held_out: HeldOut = HfArg(default=1000, help="Held-out instances the sequence is measured on.")
+    no_cache: bool = HfArg(default=False, help="Compute (and time) afresh; the cache is untouched.")

@@ -54,7 +54,7 @@ from minirl.config import Config, validate
 from minirl.episode import episode_stats
 from minirl.groups import play_groups
 from minirl.models import load_policy, reference_policy, trainable_parameters
-from minirl.outputs import evaluate_policy, finish_run
+from minirl.outputs import evaluate_policy, finish_run, open_loop
 from minirl.progress import progress_bar
 from minirl.trackers import tracking
 from minirl.update import Update, update
@@ -113,6 +113,7 @@ def train(cfg: Config, progress: bool = True) -> TrainResult:
     )
     with progress_bar(disable=not progress) as bar, trackers_open as trackers:
         if cfg.grpo.eval_seeds and "base" not in summary:
+            summary["open_loop"] = open_loop(cfg)  # what ignoring every observation wins
             summary["base"] = evaluate_policy(model, tokenizer, cfg, out, "base", trackers, 0)
         job = bar.add_task("train", total=cfg.grpo.max_steps, completed=start_step, metrics="")
         for step in range(start_step, cfg.grpo.max_steps):

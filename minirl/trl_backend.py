@@ -57,7 +57,7 @@ from minirl.config import Config, validate
 from minirl.episode import Episode, EpisodeSpec
 from minirl.errors import ConfigError
 from minirl.models import load_policy
-from minirl.outputs import evaluate_policy, finish_run
+from minirl.outputs import evaluate_policy, finish_run, open_loop
 from minirl.rewards import invalid_penalty_for, outcome_rewards
 from minirl.rollout import rollout_in_chunks
 from minirl.trackers import PROJECT, Trackers, environment, tracking
@@ -398,6 +398,7 @@ def train_trl(cfg: Config, progress: bool = True) -> TrainResult:
             metrics_path.write_text("")
             (out / "episodes.json").unlink(missing_ok=True)
             if cfg.grpo.eval_seeds:  # no tracker is open yet: it is logged after training
+                summary["open_loop"] = open_loop(cfg)  # what ignoring every observation wins
                 summary["base"] = evaluate_policy(model, tokenizer, cfg, out, "base", Trackers(), 0)
             summary_path.write_text(json.dumps(summary, indent=1))
     state.wait_for_everyone()

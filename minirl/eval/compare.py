@@ -6,7 +6,10 @@ This is the engine behind `evaluate.py` (and the study). For each checkpoint it
 3. turns the success counts into the K x T grid (minirl.eval.passkt),
 4. runs the analyses (minirl.eval.analysis) on the episodes at the largest T, single-step
    quality on one set of fresh states and recovery on one set of post-error states
-   (minirl.eval.recovery), both sampled once from the base policy.
+   (minirl.eval.recovery), both sampled once from the base policy, and measures its feedback use
+   at every T from the same episodes (minirl.eval.feedback).
+Beside them goes the open-loop yardstick at every T (minirl.eval.openloop): what the best policy
+that never reads an observation wins, the line a checkpoint must clear to show multi-turn skill.
 It returns the typed results (minirl.eval.results) and writes results.json (grid + analyses +
 metadata), results.jsonl (the grid as a flat table,
 `datasets.load_dataset("json", data_files=...)`) and the PNGs of minirl.eval.plots.
@@ -37,6 +40,8 @@ from minirl.eval.analysis import (
     success_by_horizon,
     turn_efficiency,
 )
+from minirl.eval.feedback import feedback_use
+from minirl.eval.openloop import yardsticks
 from minirl.eval.passkt import pass_at_kt
 from minirl.eval.recovery import post_error_states, recover
 from minirl.eval.results import (
@@ -237,6 +242,8 @@ def compare(args: EvalArgs, progress: bool = True, samples: Path | None = None) 
             for s, kind in zip(after_errors, kinds, strict=True)
         ]
         del base_model, base_policy
+        results.open_loop = yardsticks(args.task, ts)  # cached: seconds once, then nothing
+        open_loop = {str(t): dataclasses.asdict(y) for t, y in results.open_loop.items()}
         total = episodes_to_play(ts, len(seeds), args.n, args.budget_visible)
         for name, path in paths.items():
             started = time.perf_counter()
@@ -257,6 +264,7 @@ def compare(args: EvalArgs, progress: bool = True, samples: Path | None = None) 
                 on_batch=lambda done, job=job: bar.update(job, completed=min(done, total)),
                 **rollout_kwargs,
             )
+            used = {t: feedback_use(episodes[t]) for t in ts}  # from the same episodes
             if samples is not None:
                 samples.parent.mkdir(parents=True, exist_ok=True)
                 add_samples(
@@ -266,6 +274,15 @@ def compare(args: EvalArgs, progress: bool = True, samples: Path | None = None) 
                     task=args.task,
                     budget_visible=args.budget_visible,
                     per_instance=args.n,
+                    stats={
+                        str(t): {
+                            "success": sum(e.success for e in episodes[t]) / len(episodes[t]),
+                            "feedback_use": used[t].bits,
+                            "feedback_use_sd": used[t].null_sd,
+                        }
+                        for t in ts
+                    },
+                    open_loop=open_loop,
                 )
             counts = success_counts(episodes, args.n)
             grid = pass_at_kt(
@@ -319,6 +336,7 @@ def compare(args: EvalArgs, progress: bool = True, samples: Path | None = None) 
                 ),
                 seconds=round(time.perf_counter() - started, 2),
                 successes=counts,
+                feedback_use=used,
             )
             del model, policy
     return results
@@ -352,6 +370,7 @@ def write_outputs(results: EvalResults, output: str | Path) -> list[Path]:
             f"Pass@(K,T) against T on {meta.task} ({len(meta.seeds)} instances, "
             f"n={meta.n}{hidden})",
             out / "passkt_curves.png",
+            open_loop=results.open_loop,
         )
     )
     written.append(
