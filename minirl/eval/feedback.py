@@ -169,7 +169,6 @@ def simulate(task: str, seeds: Sequence[int], budget: int, choose: Choose) -> li
                     step.reward,
                 )
             )
-            episode.reward += step.reward
             if step.done:
                 episode.success = bool(info["success"])
                 break
