@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -254,23 +255,24 @@ def test_a_rerun_reuses_only_what_was_done_with_the_same_settings(
     code, lines = study([*flags, "--max_steps", "0"], capsys)
     assert code == 2 and "--max_steps must be >= 1" in lines[0]
     assert (out / "gridnav" / "results.json").read_bytes() == results
-    # Evaluation flags: the runs are reused, the evaluation is run again with the new flags.
-    assert study([*flags, "--decision_samples", "2"], capsys)[0] == 0
-    assert statuses(out)["gridnav/evaluation"] == "evaluated"
-    assert {s for k, s in statuses(out).items() if k != "gridnav/evaluation"} == {"reused"}
-    meta = json.loads((out / "gridnav" / "results.json").read_text())["meta"]
-    assert meta["decision_samples"] == 2
-    # results.json rewritten by someone else since (here: the earlier evaluation's file) is not
-    # the evaluation study.json recorded, and would be evaluated again.
+    # Evaluation reuse: the recorded arguments and the file's hash must both match. Another
+    # evaluation flag, or a results.json rewritten since, is not the recorded evaluation.
     record = load_study(out / "study.json")
     args = eval_args(record.args, "gridnav", {"base": "base"}, out)
     args.checkpoints = record.tasks["gridnav"].evaluation["checkpoints"]
     assert evaluated(record, "gridnav", args, out)
-    (out / "gridnav" / "results.json").write_bytes(results)
+    assert not evaluated(record, "gridnav", dataclasses.replace(args, decision_samples=2), out)
+    (out / "gridnav" / "results.json").write_bytes(results + b" ")
     assert not evaluated(record, "gridnav", args, out)
-    # A run without its checkpoint is trained again (nothing blames a --checkpoints flag).
+    # The real command with an evaluation flag changed, and one run's checkpoint deleted: that run
+    # is trained again (nothing blames a --checkpoints flag), the others are reused, and the
+    # evaluation is run again with the new flag.
     for checkpoint in (out / "gridnav" / "runs" / "budgetmix").glob("checkpoint-*"):
         shutil.rmtree(checkpoint)
     assert study([*flags, "--decision_samples", "2"], capsys)[0] == 0
-    assert statuses(out)["gridnav/budgetmix"] == "trained"
-    assert statuses(out)["gridnav/evaluation"] == "evaluated"
+    found = statuses(out)
+    assert found.pop("gridnav/budgetmix") == "trained"
+    assert found.pop("gridnav/evaluation") == "evaluated"
+    assert set(found.values()) == {"reused"}
+    meta = json.loads((out / "gridnav" / "results.json").read_text())["meta"]
+    assert meta["decision_samples"] == 2
