@@ -54,13 +54,14 @@ def study_main(argv: list[str]) -> int:
 
 def study(args: StudyArgs, argv: list[str]) -> int:
     validate_study(args)
-    from minirl.checkpoint import check_writable
+    from minirl.checkpoint import sole_writer
     from minirl.study.report import write_report
     from minirl.study.run import run_study
 
-    check_writable(args.output, "--output")
-    done = run_study(args)
-    report = write_report(done, Path(args.output), "python evaluate.py --study " + " ".join(argv))
+    with sole_writer(args.output, "--output"):  # one study writes its directory at a time
+        done = run_study(args)
+        command = "python evaluate.py --study " + " ".join(argv)
+        report = write_report(done, Path(args.output), command)
     print(f"study finished in {done.timings['total_seconds'] / 60:.1f} min; report: {report}")
     return 0
 
@@ -76,17 +77,18 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(args: EvalArgs) -> int:
     validate_eval(args)  # before the heavy imports, so bad flags fail at once
-    from minirl.checkpoint import check_writable
+    from minirl.checkpoint import sole_writer
     from minirl.eval.compare import compare, write_outputs
     from minirl.eval.tables import print_tables
     from minirl.viewer import write_page
 
-    check_writable(args.output, "--output")  # before hours of evaluation, not after
-    samples = Path(args.output) / "episodes.json"  # a few episodes of each, for the viewer
-    samples.unlink(missing_ok=True)
-    results = compare(args, samples=samples)
-    print_tables(results)
-    written = [*write_outputs(results, args.output), samples, write_page(args.output)]
+    # Checked writable before hours of evaluation, not after; and written by one process at once.
+    with sole_writer(args.output, "--output"):
+        samples = Path(args.output) / "episodes.json"  # a few episodes of each, for the viewer
+        samples.unlink(missing_ok=True)
+        results = compare(args, samples=samples)
+        print_tables(results)
+        written = [*write_outputs(results, args.output), samples, write_page(args.output)]
     print(f"wrote {len(written)} files to {args.output}: " + ", ".join(p.name for p in written))
     return 0
 

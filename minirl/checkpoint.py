@@ -19,13 +19,16 @@ past `--max_steps`; when the newest checkpoint is corrupt it says so and continu
 intact one, replaying the steps in between exactly.
 
 The run directory around the checkpoints has rules too, kept here with them: its location must be
-writable before anything loads (`check_writable`), a run never silently resumes or overwrites an
-earlier one (`check_output_dir`), and `metrics.jsonl` is cut back to the checkpoint's step
-(`metrics_up_to`) so the replayed steps are not logged twice.
+writable before anything loads (`check_writable`), one process writes it at a time
+(`sole_writer`), a run never silently resumes or overwrites an earlier one (`check_output_dir`),
+a resumed run keeps only sample episodes that replay true (minirl.viewer.load_verified), and
+`metrics.jsonl` is cut back to the checkpoint's step (`metrics_up_to`) so the replayed steps are
+not logged twice.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -34,6 +37,7 @@ import re
 import shutil
 import tempfile
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,9 +46,16 @@ from peft import PeftModel, set_peft_model_state_dict
 from safetensors.torch import load_file
 
 from minirl.config import Config
-from minirl.errors import CheckpointError, ConfigError, RunError
+from minirl.errors import CheckpointError, ConfigError, DataError, RunError
+from minirl.readback import parse_json, read_json
+
+try:
+    import fcntl  # POSIX: Linux and macOS, where minirl runs
+except ImportError:  # pragma: no cover (Windows: no lock, one writer is then the user's care)
+    fcntl = None  # type: ignore[assignment]
 
 CHECKPOINT_NAME = re.compile(r"checkpoint-(\d+)")
+LOCK = ".lock"  # the file a run directory's writer holds locked (sole_writer)
 ADAPTER = "adapter_model.safetensors"
 # AdamW moves a weight by about learning_rate per step, and peft starts lora_A near
 # 1/sqrt(width) and lora_B at 0, so the adapters of a sane run stay far below 1 (60 steps at the
@@ -133,7 +144,7 @@ def read_adapter(path: Path) -> dict[str, torch.Tensor]:
     if not (path / "adapter_config.json").is_file():
         raise CheckpointError(f"{path} is incomplete: it has no adapter_config.json")
     try:
-        json.loads((path / "adapter_config.json").read_text())
+        read_json(path / "adapter_config.json")
     except ValueError as err:
         raise CheckpointError(f"{path}/adapter_config.json is corrupt ({reason(err)})") from err
     if not (path / ADAPTER).is_file():
@@ -157,7 +168,7 @@ def read_adapter(path: Path) -> dict[str, torch.Tensor]:
 def read_meta(path: Path) -> dict:
     """trainer_state.json of a minirl checkpoint: {"step", "config", "summary"}."""
     try:
-        meta = json.loads((path / "trainer_state.json").read_text())
+        meta = read_json(path / "trainer_state.json")
         if not (isinstance(meta.get("step"), int) and isinstance(meta.get("config"), dict)):
             raise ValueError("no step and config")
     except (OSError, ValueError, AttributeError) as err:
@@ -270,7 +281,7 @@ def checkpoint_step(path: Path, cfg: Config) -> int:
 def recorded_config(path: Path) -> dict:
     """The config a run recorded in summary.json ({} if it has none)."""
     try:
-        return json.loads(path.read_text()).get("config", {}) if path.is_file() else {}
+        return read_json(path).get("config", {}) if path.is_file() else {}
     except (ValueError, AttributeError) as err:
         raise CheckpointError(f"{path} is corrupt ({reason(err)})") from err
 
@@ -321,6 +332,43 @@ def check_writable(path: str | Path, flag: str) -> None:
         ) from err
 
 
+@contextlib.contextmanager
+def sole_writer(directory: str | Path, flag: str) -> Iterator[None]:
+    """Hold DIR/.lock while this process writes DIR: a second writer gets a one-line ConfigError.
+
+    Two runs in one directory interleave their metrics.jsonl and leave the last one's checkpoint;
+    a `--resume` started while the run is alive replays its steps a second time. The lock is
+    `fcntl.flock`, which the operating system drops when the holding process ends, however it
+    ends (Ctrl-C, kill -9, a crash), so a killed run never leaves its directory locked: the file
+    stays behind and means nothing while unlocked. It holds the writer's pid, for the message.
+    The directory is made if missing (and removed again if nothing was written to it).
+    """
+    directory = Path(directory)
+    check_writable(directory, flag)
+    made = not directory.exists()
+    directory.mkdir(parents=True, exist_ok=True)
+    with (directory / LOCK).open("a+") as f:
+        if fcntl is not None:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                f.seek(0)
+                holder = f.read().strip() or "unknown"
+                raise ConfigError(
+                    f"{directory} is being written by another process (pid {holder}): wait for "
+                    f"it to finish, or choose another {flag}"
+                ) from None
+            f.seek(0)
+            f.truncate()
+            f.write(str(os.getpid()))
+            f.flush()
+        try:
+            yield
+        finally:
+            if made and [p.name for p in directory.iterdir()] == [LOCK]:
+                shutil.rmtree(directory, ignore_errors=True)  # a run refused before it wrote
+
+
 def check_output_dir(out: Path, cfg: Config) -> list[Path]:
     """The run directory's checkpoints, after refusing to silently resume or overwrite them."""
     check_writable(out, "--output_dir")
@@ -332,20 +380,39 @@ def check_output_dir(out: Path, cfg: Config) -> list[Path]:
             f"{out} already holds {existing[-1].name}; pass --resume to continue it, "
             "--overwrite_output_dir to start afresh, or a new --output_dir"
         )
+    samples = out / "episodes.json"
+    if cfg.grpo.resume and samples.exists():  # its base episodes are kept, and shown
+        from minirl.viewer import load_verified
+
+        try:
+            load_verified(samples)
+        except DataError as err:
+            raise DataError(
+                f"--resume: {err}; delete that file to resume without its sample episodes"
+            ) from err
     return existing
 
 
-def check_resume_config(saved: dict, cfg: Config) -> None:
-    """Refuse to resume with flags that would change the run's results."""
+def config_changes(saved: dict, cfg: Config) -> list[str]:
+    """The flags, other than RESUMABLE_CHANGES, whose value in `cfg` differs from a recorded
+    config (`Config.to_dict()` as a checkpoint or summary.json holds it): "--key (then, now)"."""
     now = cfg.to_dict()
     # A flag added after the checkpoint was written had its default then.
     defaults = Config().to_dict()
     diffs = []
     for section, values in now.items():
+        recorded = saved.get(section, {}) if isinstance(saved, dict) else {}
+        recorded = recorded if isinstance(recorded, dict) else {}
         for key, value in values.items():
-            then = saved.get(section, {}).get(key, defaults[section][key])
+            then = recorded.get(key, defaults[section][key])
             if key not in RESUMABLE_CHANGES and then != value:
                 diffs.append(f"--{key} ({then!r}, now {value!r})")
+    return diffs
+
+
+def check_resume_config(saved: dict, cfg: Config) -> None:
+    """Refuse to resume with flags that would change the run's results."""
+    diffs = config_changes(saved, cfg)
     if diffs:
         raise ConfigError(
             f"--resume: the checkpoint was made with different {', '.join(diffs)}; "
@@ -362,10 +429,11 @@ def metrics_up_to(path: Path, step: int) -> list[str]:
     if not path.exists():
         return []
     kept = []
-    for line in path.read_text().splitlines():
+    for raw in path.read_bytes().splitlines():
         try:
-            if json.loads(line)["step"] <= step:
+            line = raw.decode("utf-8")
+            if parse_json(line, str(path))["step"] <= step:
                 kept.append(line)
-        except (json.JSONDecodeError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError):  # UnicodeDecodeError and DataError are too
             continue
     return kept

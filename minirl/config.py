@@ -47,6 +47,7 @@ GroupSize = Annotated[int, Range(ge=2, why="a group advantage needs two episodes
 # tiny has 2048 positions; no reply of a multi-turn episode can be longer than its context.
 ReplyTokens = Annotated[int, Range(ge=1, le=2048, why="a reply must fit in the model's context")]
 HeldOut = Annotated[int, Range(ge=1, le=EVAL_POOL, why=EVAL_POOL_WHY)]
+MAX_JOBS = 64  # the study's --jobs: processes, each with its own copy of the model
 
 
 @dataclass
@@ -455,7 +456,9 @@ class StudyArgs:
         help="Simulated studies with known skills that the report puts through its own verdict "
         "rules, to state their error rates (minirl.study.validate; ~5 s each).",
     )
-    jobs: Count = HfArg(
+    jobs: Annotated[
+        int, Range(ge=1, le=MAX_JOBS, why="each job is a process holding its own model")
+    ] = HfArg(
         default=1,
         help="Training runs (and task evaluations) at once, each in its own process with "
         "cores/jobs threads: on a 2-core CPU, 2 jobs finish the study in about half the time.",
@@ -466,12 +469,15 @@ class StudyArgs:
 def validate_study(args: StudyArgs) -> None:
     check_fields(args)  # every field's type and range (minirl.validation)
     check_model(args.model)
-    names = [t for t in args.tasks.split(",") if t.strip()]
+    names = [t.strip() for t in args.tasks.split(",") if t.strip()]
     if not names:
         raise ConfigError("--tasks is empty")
     for name in names:
-        if name.strip() not in tasks.NAMES:
+        if name not in tasks.NAMES:
             raise ConfigError(f"--tasks {name!r}: valid tasks are {', '.join(tasks.NAMES)}")
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:  # two arms in one run directory would train it twice, at once with --jobs
+        raise ConfigError(f"--tasks {args.tasks!r} names {', '.join(twice)} twice")
     if args.tight >= args.generous:
         raise ConfigError(f"need --tight < --generous, got {args.tight} and {args.generous}")
     if args.budget_min > args.budget_max:

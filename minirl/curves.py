@@ -10,12 +10,17 @@ of the run boldly: one step of 64 episodes is noisy, the trend is what to read.
 Both backends write metrics.jsonl with these keys (TRL names the last one frac_reward_zero_std).
 The trainer draws the curves at the end of every run; this command draws them on demand, from
 whatever metrics.jsonl holds, so a run killed mid-way (even mid-line) still gets its picture.
+A line is read only if it is a JSON object with an integer step (minirl.readback: UTF-8, no
+overflowing numbers, not nested without end); a value is drawn only if it is a finite number.
+Other lines are skipped, and a warning names the first of them (a torn last line is expected and
+skipped quietly).
 """
 
 from __future__ import annotations
 
-import json
+import math
 import sys
+import warnings
 from pathlib import Path
 
 import matplotlib
@@ -39,23 +44,56 @@ PANELS: list[tuple[str, list[tuple[str, tuple[str, ...]]]]] = [
 
 
 def read_metrics(path: Path) -> list[dict]:
-    """The lines of a metrics.jsonl that parse and carry a step; a killed run's torn line goes."""
-    rows = []
-    for line in Path(path).read_text().splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
+    """The lines of a metrics.jsonl that are metrics: JSON objects with an integer step >= 0.
+
+    A killed run's torn last line goes quietly; any other line that is not metrics goes with a
+    warning naming it, so a damaged file still draws what it holds.
+    """
+    from minirl.errors import DataError
+    from minirl.readback import parse_json
+
+    rows, skipped = [], []
+    lines = Path(path).read_bytes().split(b"\n")
+    while lines and not lines[-1].strip():
+        lines.pop()
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
             continue
-        if isinstance(row, dict) and isinstance(row.get("step"), int | float):
+        try:
+            row = parse_json(raw.decode("utf-8"), f"line {number}")
+        except UnicodeDecodeError:
+            skipped.append(f"line {number} is not UTF-8")
+            continue
+        except DataError as err:
+            skipped.append(str(err))
+            continue
+        step = row.get("step") if isinstance(row, dict) else None
+        if isinstance(step, int) and not isinstance(step, bool) and 0 <= step < 2**63:
             rows.append(row)
+        else:
+            skipped.append(f"line {number} is not a step's metrics (no integer 'step')")
+    torn = len(skipped) == 1 and skipped[0].startswith(f"line {len(lines)}")
+    if skipped and not torn:
+        warnings.warn(f"{path}: skipped {len(skipped)} lines: {skipped[0]}", stacklevel=2)
     return rows
+
+
+def number(value: object) -> float | None:
+    """A metric as a float, or None when it is not a finite number (a bool, a string, 1e400)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        x = float(value)
+    except OverflowError:  # a 400-digit integer
+        return None
+    return x if math.isfinite(x) else None
 
 
 def series(rows: list[dict], keys: tuple[str, ...]) -> tuple[list[float], list[float]]:
     """(steps, values) of the first key in `keys` that the rows hold; the last value per step."""
     for key in keys:
         by_step = {
-            row["step"]: float(row[key]) for row in rows if isinstance(row.get(key), int | float)
+            row["step"]: number(row.get(key)) for row in rows if number(row.get(key)) is not None
         }
         if by_step:
             steps = sorted(by_step)
@@ -78,7 +116,7 @@ def write_curves(run_dir: str | Path, output: str | Path | None = None) -> Path:
     """Draw the curves of the run in `run_dir`; returns the PNG's path. ValueError if no data."""
     run = Path(run_dir)
     metrics = run / "metrics.jsonl"
-    if not metrics.exists():
+    if not metrics.is_file():
         raise ValueError(f"{run}: no metrics.jsonl (is this a run directory?)")
     rows = read_metrics(metrics)
     if not rows:
@@ -114,7 +152,7 @@ def write_curves(run_dir: str | Path, output: str | Path | None = None) -> Path:
     fig.suptitle(f"{run.name}: {last} steps{state}", fontsize=11)
     fig.tight_layout()
     path = Path(output) if output else run / "curves.png"
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=100, format="png")
     plt.close(fig)
     return path
 
@@ -133,6 +171,11 @@ def main(argv: list[str] | None = None) -> int:
 
     def work() -> int:
         check_fields(args)
+        output = Path(args.output) if args.output else None
+        if output is not None and (output.is_dir() or output.suffix.lower() != ".png"):
+            # matplotlib would write <directory>.png beside it, or a PNG under another name.
+            what = "is a directory" if output.is_dir() else "is not a .png file"
+            raise ConfigError(f"--output {args.output} {what}: name a .png file to write")
         try:
             path = write_curves(rest.run_dir, args.output or None)
         except ValueError as err:  # nothing to draw in that directory: say which and why

@@ -33,6 +33,10 @@ class CheckpointError(MinirlError):
     """A missing, corrupt or mismatched checkpoint."""
 
 
+class DataError(MinirlError):
+    """A file read back (episodes.json, summary.json, study.json) that is not what it should be."""
+
+
 class RunError(MinirlError):
     """A run that could not finish: the policy diverged, or an output could not be written."""
 

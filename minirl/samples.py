@@ -28,11 +28,43 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated, Literal
 
-from minirl.episode import Episode
+import tasks
+from minirl.config import MAX_TURNS
+from minirl.episode import Episode, Turn
+from minirl.errors import DataError
+from minirl.readback import check_json, read_json
+from minirl.validation import Range
 
 SAMPLE_INSTANCES = 8  # instances kept per budget: enough to compare, small enough to read
+
+
+@dataclass
+class EpisodeRecord:
+    """One kept episode, as the file holds it: what `load_samples` checks every record against.
+
+    The page prints these values and the replay feeds them to the task, so each must have its
+    type: a seed "1<script>" is not a seed (Env.reset refuses it too).
+    """
+
+    seed: Annotated[int, Range(ge=0)]
+    budget: Annotated[int, Range(ge=1, le=MAX_TURNS)]
+    optimal_length: Annotated[int, Range(ge=0)]
+    success: bool
+    turns: list[Turn]  # each turn's reply and marks, as minirl.episode.Turn
+    task_text: Literal["compact", "natural"] = "compact"  # files older than it were compact
+
+
+@dataclass
+class SamplesFile:
+    """episodes.json: the task, whether the budget was shown, and each policy's episodes."""
+
+    task: str
+    episodes: dict[str, list[EpisodeRecord]]
+    budget_visible: bool = True
 
 
 def episode_record(episode: Episode) -> dict:
@@ -89,12 +121,20 @@ def add_samples(
 
 
 def load_samples(path: str | Path) -> dict:
-    """The samples file as a dict; ValueError with the path if it is not one."""
+    """The samples file as plain data, every value checked (DataError names the file and field).
+
+    Checked here for its types and ranges only; minirl.viewer.load_verified also replays every
+    episode, so that the outcomes it shows are the ones the task gives.
+    """
     path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise ValueError(f"{path}: not a readable episodes file ({err})") from err
-    if not isinstance(data, dict) or "task" not in data or "episodes" not in data:
-        raise ValueError(f"{path}: not an episodes file (no 'task' and 'episodes')")
+    data = check_json(read_json(path), SamplesFile, f"{path}:")
+    if data["task"] not in tasks.NAMES:
+        raise DataError(f"{path}: task {data['task']!r} is not one of {', '.join(tasks.NAMES)}")
+    for policy, records in data["episodes"].items():
+        for i, record in enumerate(records):
+            if len(record["turns"]) > record["budget"]:
+                raise DataError(
+                    f"{path}: episodes[{policy!r}][{i}] plays {len(record['turns'])} turns, "
+                    f"more than its budget T={record['budget']}"
+                )
     return data

@@ -49,6 +49,7 @@ from minirl.checkpoint import (
     restore_rng,
     resume_point,
     save_checkpoint,
+    sole_writer,
 )
 from minirl.config import Config, validate
 from minirl.episode import episode_stats
@@ -56,15 +57,21 @@ from minirl.groups import play_groups
 from minirl.models import load_policy, reference_policy, trainable_parameters
 from minirl.outputs import evaluate_policy, finish_run, open_loop
 from minirl.progress import progress_bar
-from minirl.trackers import tracking
+from minirl.trackers import check_trackers, tracking
 from minirl.update import Update, update
 
 
 def train(cfg: Config, progress: bool = True) -> TrainResult:
     """Run (or resume) a training run described by `cfg`; see the module docstring."""
     validate(cfg)
+    with sole_writer(cfg.output_dir, "--output_dir"):  # one run writes a directory at a time
+        return _train(cfg, progress)
+
+
+def _train(cfg: Config, progress: bool) -> TrainResult:
     out = Path(cfg.output_dir)
     existing = check_output_dir(out, cfg)
+    check_trackers(cfg.grpo.report_to, out)  # before the model loads, not after the run
     # The checkpoint to continue from, its flags and step checked before the model loads.
     resume_from = resume_point(existing, cfg) if cfg.grpo.resume else None
     torch.manual_seed(cfg.grpo.seed)

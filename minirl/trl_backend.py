@@ -27,6 +27,7 @@ minirl.outputs (curves.png, episodes.html); `--report_to` goes to GRPOConfig (se
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -52,15 +53,17 @@ from minirl.checkpoint import (
     check_output_dir,
     metrics_up_to,
     resume_point,
+    sole_writer,
 )
 from minirl.config import Config, validate
 from minirl.episode import Episode, EpisodeSpec
-from minirl.errors import ConfigError
+from minirl.errors import ConfigError, DataError
 from minirl.models import load_policy
 from minirl.outputs import evaluate_policy, finish_run, open_loop
+from minirl.readback import read_json
 from minirl.rewards import invalid_penalty_for, outcome_rewards
 from minirl.rollout import rollout_in_chunks
-from minirl.trackers import PROJECT, Trackers, environment, tracking
+from minirl.trackers import PROJECT, Trackers, check_trackers, environment, tracking
 
 # Fields of GRPOConfig that minirl sets from something other than the field of the same name.
 # Every other field minirl passes (num_generations, learning_rate, beta, epsilon, epsilon_high,
@@ -358,10 +361,18 @@ def build_trainer(
 def train_trl(cfg: Config, progress: bool = True) -> TrainResult:
     """Train with GRPOTrainer; the same run directory rules and outputs as minirl.trainer.train."""
     validate(cfg)
+    state = process_state()
+    # One run writes a directory at a time; the processes of one launch are one run.
+    writer = sole_writer(cfg.output_dir, "--output_dir")
+    with writer if state.is_main_process else contextlib.nullcontext():
+        return _train_trl(cfg, state, progress)
+
+
+def _train_trl(cfg: Config, state: PartialState, progress: bool) -> TrainResult:
     out = Path(cfg.output_dir)
     existing = check_output_dir(out, cfg)
+    check_trackers(cfg.grpo.report_to, out)  # before the model loads, not after the run
     resume_from = resume_point(existing, cfg) if cfg.grpo.resume else None
-    state = process_state()
     torch.manual_seed(cfg.grpo.seed)
     model, tokenizer = load_policy(
         cfg.model.model,
@@ -388,7 +399,9 @@ def train_trl(cfg: Config, progress: bool = True) -> TrainResult:
             step = int(resume_from.name.split("-")[1])
             metrics_path.write_text("".join(x + "\n" for x in metrics_up_to(metrics_path, step)))
             if summary_path.exists():
-                summary = json.loads(summary_path.read_text())
+                summary = read_json(summary_path)
+                if not isinstance(summary, dict):
+                    raise DataError(f"{summary_path} is not a run's summary: delete it to resume")
         else:
             out.mkdir(parents=True, exist_ok=True)
             for old in existing:  # --overwrite_output_dir

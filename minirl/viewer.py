@@ -9,8 +9,10 @@ checkpoint of an evaluation, on the same held-out instances) and, for each episo
 1. replays it: a fresh environment, `tasks.make(task).reset(seed)`, then `step(reply)` for each
    recorded reply. The tasks are deterministic given the seed and the replies, so this gives back
    every turn's observation, its `info` (the oracle's marks) and, where the task has one, its
-   picture (`Env.picture()`, tasks/base.py). A replay whose marks differ from the recorded ones
-   means the task changed since the episodes were played, and is an error, not a silent lie;
+   picture (`Env.picture()`, tasks/base.py). A replay that disagrees with the record (a turn's
+   marks, the instance's optimal length, a turn after the episode ended, `success`) means the
+   file was edited or the task changed since the episodes were played, and is an error, not a
+   silent lie: the page shows only what the task itself gives;
 2. draws each picture as inline SVG: the walls (faint where the agent has not met them), the
    goal, the box and its target, the path walked so far, and the agent;
 3. lays the policies side by side, one column each and one row per turn, so the same instance
@@ -20,7 +22,9 @@ checkpoint of an evaluation, on the same held-out instances) and, for each episo
 
 A slider under each instance (or the arrow keys, or DIR/episodes.html#turn=3) replays the turns
 one at a time. No server and no network: the styles and the few lines of script are in the page.
-Model output is data: every reply is HTML-escaped, never interpreted.
+Model output is data: every reply is HTML-escaped, never interpreted, and so is every other value
+from the file, after minirl.samples has checked its type (a page is shared; it must never run
+anything but its own script).
 """
 
 from __future__ import annotations
@@ -32,9 +36,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import tasks
+from minirl.errors import ConfigError, DataError
 from minirl.samples import load_samples
 
 CELL = 22  # pixels per grid cell
+CHANGED = "the file was edited or the task has changed since these episodes were played"
 BASE_INFO = {"action", "valid", "mistake", "optimal", "success", "distance", "error"}
 COLOURS = {  # one colour per thing, used by the pictures and the legend alike
     "wall": "#3b3b3b",
@@ -72,19 +78,36 @@ def marks(info: dict) -> list[str]:
 
 
 def replay(task: str, record: dict) -> list[Frame]:
-    """Play a recorded episode's replies through a fresh env; one Frame per turn, plus the start."""
+    """Play a recorded episode's replies through a fresh env; one Frame per turn, plus the start.
+
+    DataError if the replay disagrees with the record anywhere (see the module docstring).
+    """
     env = tasks.make(task, text=record.get("task_text", "compact"))  # older files: compact
+    where = f"{task} seed {record['seed']}"
+
+    def differs(what: str, replayed: object, recorded: object) -> DataError:
+        return DataError(
+            f"{where}{what}: the replay says {replayed}, the recorded episode {recorded}: "
+            + CHANGED
+        )
+
     frames = [Frame(0, None, env.reset(record["seed"]), env.picture())]
+    if env.optimal_length != record["optimal_length"]:
+        raise differs(": optimal_length", env.optimal_length, record["optimal_length"])
+    success = False
     for i, turn in enumerate(record["turns"], start=1):
+        if env.done:
+            raise DataError(
+                f"{where}: the episode ended at turn {i - 1}, the file has more; {CHANGED}"
+            )
         step = env.step(turn["reply"])
-        for key in ("valid", "mistake", "optimal"):
+        for key in ("valid", "mistake", "optimal", "action"):
             if step.info[key] != turn[key]:
-                raise ValueError(
-                    f"{task} seed {record['seed']} turn {i}: the replay says {key}="
-                    f"{step.info[key]}, the recorded episode {turn[key]}: the task has changed "
-                    "since these episodes were played"
-                )
+                raise differs(f" turn {i}", f"{key}={step.info[key]}", turn[key])
+        success = step.info["success"]
         frames.append(Frame(i, turn["reply"], step.observation, env.picture(), marks(step.info)))
+    if success != record["success"]:
+        raise differs("", f"success={success}", record["success"])
     return frames
 
 
@@ -151,6 +174,11 @@ def svg(picture: dict, path: list[list[int]]) -> str:
 # ---- the page ---------------------------------------------------------------------------------
 
 
+def esc(value: object) -> str:
+    """Any value as HTML text: escaped, whatever its type (the file's values were checked)."""
+    return html.escape(str(value))
+
+
 def _cell(policy: str, frames: list[Frame], turn: int) -> str:
     if turn >= len(frames):
         return f'<td class="over" data-policy="{html.escape(policy)}">(episode over)</td>'
@@ -167,7 +195,7 @@ def _cell(policy: str, frames: list[Frame], turn: int) -> str:
     )
     return (
         f'<td class="frame" data-policy="{html.escape(policy)}" data-turn="{turn}" '
-        f'data-reply="{html.escape(frame.reply or "")}" data-marks="{",".join(frame.marks)}">'
+        f'data-reply="{html.escape(frame.reply or "")}" data-marks="{esc(",".join(frame.marks))}">'
         f'{picture}<div class="text">{reply}<div class="marks">{badges}</div>'
         f'<div class="obs">{html.escape(frame.observation)}</div></div></td>'
     )
@@ -176,7 +204,7 @@ def _cell(policy: str, frames: list[Frame], turn: int) -> str:
 def _outcome(record: dict) -> str:
     n = len(record["turns"])
     if record["success"]:
-        return f"solved in {n} of {record['budget']} turns"
+        return f"solved in {n} of {esc(record['budget'])} turns"
     return f"not solved ({n} turns played)"
 
 
@@ -195,9 +223,10 @@ def instance_section(task: str, records: dict[str, dict]) -> str:
         cells = "".join(_cell(policy, frames, turn) for policy, frames in played.items())
         rows.append(f'<tr class="turn-row" data-turn="{turn}"><th>{label}</th>{cells}</tr>')
     return (
-        f'<section class="instance" data-seed="{first["seed"]}" data-budget="{first["budget"]}">'
-        f"<h2>instance {first['seed']} &middot; T = {first['budget']} &middot; "
-        f"the oracle needs {first['optimal_length']} turns</h2>"
+        f'<section class="instance" data-seed="{esc(first["seed"])}" '
+        f'data-budget="{esc(first["budget"])}"><h2>instance {esc(first["seed"])} &middot; '
+        f"T = {esc(first['budget'])} &middot; the oracle needs {esc(first['optimal_length'])} "
+        "turns</h2>"
         f'<div class="controls">replay: <input type="range" class="scrub" min="0" '
         f'max="{longest - 1}" value="{longest - 1}"> <span class="shown">all turns</span></div>'
         f'<table class="episodes">{"".join(rows)}</table></section>'
@@ -227,7 +256,7 @@ def pick(samples: dict, budget: int = 0, instances: int = 6) -> tuple[int, list[
 
 def _legend(record: dict, task: str) -> str:
     """What each colour means, for the things this task's pictures show."""
-    picture = replay(task, {**record, "turns": []})[0].picture
+    picture = replay(task, {**record, "turns": [], "success": False})[0].picture
     if picture is None:
         return ""
     swatch = {"rows": 1, "cols": 1, "walls": []}
@@ -309,7 +338,7 @@ def page(samples: dict, title: str, budget: int = 0, instances: int = 6) -> str:
     return PAGE.format(
         title=html.escape(title),
         task=html.escape(task),
-        budget=budget,
+        budget=esc(budget),
         visible="visible" if samples.get("budget_visible", True) else "hidden",
         solved=solved,
         reference=reference(samples, budget),
@@ -320,6 +349,33 @@ def page(samples: dict, title: str, budget: int = 0, instances: int = 6) -> str:
     )
 
 
+def load_verified(path: str | Path) -> dict:
+    """An episodes file, every value checked (minirl.samples) and every episode replayed: what the
+    page shows, and what a resumed run keeps, is what the task gives. DataError if not."""
+    samples = load_samples(path)
+    for policy, records in samples["episodes"].items():
+        for i, record in enumerate(records):
+            try:
+                replay(samples["task"], record)
+            except DataError as err:
+                raise DataError(f"{path}: episodes[{policy!r}][{i}], {err}") from err
+    return samples
+
+
+def check_output(directory: Path, output: Path) -> None:
+    """Refuse a --output that would overwrite the page's input or another file of the run."""
+    if output.suffix.lower() not in (".html", ".htm"):
+        raise ConfigError(f"--output {output}: name an .html file")
+    if output.is_dir():
+        raise ConfigError(f"--output {output} is a directory; name an .html file")
+    inside = directory.resolve() in output.resolve().parents
+    if output.exists() and inside and output.name != "episodes.html":
+        raise ConfigError(
+            f"--output {output} is a file of the run in {directory}; only episodes.html there may "
+            "be overwritten: name a new file"
+        )
+
+
 def write_page(
     directory: str | Path, output: str | Path | None = None, budget: int = 0, instances: int = 6
 ) -> Path:
@@ -328,8 +384,10 @@ def write_page(
     source = directory / "episodes.json"
     if not source.exists():
         raise ValueError(f"{directory}: no episodes.json (written by training and evaluate.py)")
-    samples = load_samples(source)
     path = Path(output) if output else directory / "episodes.html"
+    if output:
+        check_output(directory, path)
+    samples = load_verified(source)
     path.write_text(page(samples, f"{directory.name}: episodes", budget, instances))
     return path
 
@@ -401,7 +459,6 @@ instances played by each policy, side by side; each row is the state after that 
 def main(argv: list[str] | None = None) -> int:
     from minirl.cli import ArgParser, run_cli
     from minirl.config import ViewerArgs
-    from minirl.errors import ConfigError
     from minirl.validation import check_fields
 
     parser = ArgParser(

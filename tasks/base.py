@@ -22,6 +22,7 @@ The state, the oracle and the reward are the same under both texts; only the wor
 
 from __future__ import annotations
 
+import numbers
 import random
 import re
 import string
@@ -41,19 +42,77 @@ def parse_action(text: str, action_words: tuple[str, ...]) -> str | None:
     return word if word in action_words else None
 
 
-# Words are letters and digits; a leading "-" stays on its number so "-1" is not read as "1".
-_WORD = re.compile(r"-?[a-z0-9]+")
 # The format the natural rules ask for: "Action: X" (the rest of its line) or <action>X</action>.
-_MARKED = re.compile(r"<action>(.*?)</action>|\baction\s*[:=-]\s*([^\n]*)", re.DOTALL)
+# A tag's body may not hold another opening tag, so every unclosed "<action>" is scanned only up
+# to the next one: with a plain `(.*?)</action>`, each scanned to the end of the reply, which is
+# quadratic in its length (160 kB of unclosed tags took 14 s).
+_MARKED = re.compile(
+    r"<action>((?:(?!<action>).)*?)</action>|\baction\s*[:=-]\s*([^\n]*)", re.DOTALL
+)
+# A word is what lies between spaces, with the punctuation a model wraps it in taken off its
+# ends. Joined words stay one word that names no action: "5,000", "8:30", "2.5", "10-20" and
+# "kitchen/bedroom" are not 5, 8, 2, 10 or kitchen. A leading "-" stays, so "-1" is not "1".
+_TOKEN_ENDS = _WRAPPING + "#\u201c\u201d\u2018\u2019\u2026"
+# Words that negate the action after them ("not left", "don't go up", "never open drawer 2").
+_NEGATIONS = {"not", "no", "never", "nor", "neither", "avoid", "without", "except", "cannot"}
+_NEGATIONS |= {"dont", "doesnt", "didnt", "cant", "wont", "wouldnt", "shouldnt", "isnt", "mustnt"}
+NEGATION_REACH = 3  # a negation this many words before an action or nearer negates it
+# Words that join an action to another, shortened, one: "open drawer 2 and 3", "10 or 12".
+_JOINERS = {
+    "and",
+    "or",
+    "and/or",
+    "nor",
+    "then",
+    "to",
+    "plus",
+    "&",
+    "+",
+    "/",
+    "-",
+    "\u2013",
+    "\u2014",
+}
 
 
 def _words(text: str) -> list[str]:
-    return _WORD.findall(text.lower())
+    words = (w.strip(_TOKEN_ENDS) for w in text.lower().replace("\u2019", "'").split())
+    return [w for w in words if w]
 
 
-def _mentions(words: list[str], phrase: list[str]) -> bool:
+def _find(words: list[str], phrase: list[str], at: dict[str, list[int]] | None = None) -> list[int]:
+    """Where `phrase` starts in `words`; `at` (word -> its places) makes a long reply linear."""
     n = len(phrase)
-    return any(words[i : i + n] == phrase for i in range(len(words) - n + 1))
+    starts = at.get(phrase[0], []) if at is not None else range(len(words) - n + 1)
+    return [i for i in starts if words[i : i + n] == phrase]
+
+
+def _negated(words: list[str], start: int) -> bool:
+    before = words[max(0, start - NEGATION_REACH) : start]
+    return any(w in _NEGATIONS or w.endswith("n't") for w in before)
+
+
+def _shortened(word: str, phrase: list[str], phrases: set[tuple[str, ...]]) -> bool:
+    """Whether `word`, joined to `phrase`, names another action in short: a number after a
+    number ("10 to 20"), or the last word of an action that shares the rest of phrase ("3" after
+    "open drawer 2": open drawer 3)."""
+    if word == phrase[-1]:  # the same action again ("3, 3") is still one action
+        return False
+    if word.isdigit() and phrase[-1].isdigit():
+        return True
+    return len(phrase) > 1 and (*phrase[:-1], word) in phrases
+
+
+def _compound(words: list[str], start: int, phrase: list[str], phrases: set) -> bool:
+    """Whether the action at `start` is one of several joined: "open drawer 2 and 3", "go kitchen
+    or bedroom", "kitchen or go bedroom", "open drawer 2, 3", "10 to 20"."""
+    end = start + len(phrase)
+    after, before = words[end : end + 2], words[max(0, start - 2) : start]
+    if len(after) == 2 and after[0] in _JOINERS and _shortened(after[1], phrase, phrases):
+        return True
+    if len(before) == 2 and before[1] in _JOINERS and _shortened(before[0], phrase, phrases):
+        return True
+    return bool(after) and _shortened(after[0], phrase, phrases)
 
 
 def parse_reply(text: str, action_words: tuple[str, ...]) -> str | None:
@@ -64,17 +123,28 @@ def parse_reply(text: str, action_words: tuple[str, ...]) -> str | None:
     is named there (an action may be several words, "open drawer 2"; one named inside another,
     "drawer 2" inside "open drawer 2", counts once). No action, or two different ones ("up, no,
     left"), is invalid: guessing which one the model meant would reward replies the rules forbid.
+    So is an action that is negated ("not left", "don't open drawer 2") or one of a range or a
+    list written short ("open drawer 2 and 3", "go kitchen/bedroom", "10-20", "8:30"): those do
+    not name one action either.
     """
     if not isinstance(text, str):
         return None
     marked = [a or b for a, b in _MARKED.findall(text.lower())]
-    words = [_words(region) for region in marked] if marked else [_words(text)]
+    regions = [_words(region) for region in marked] if marked else [_words(text)]
     phrases = {action: _words(action) for action in action_words}
-    named = {a for a, p in phrases.items() if p and any(_mentions(w, p) for w in words)}
+    shapes = {tuple(p) for p in phrases.values()}
+    named = set()
+    for words in regions:
+        at: dict[str, list[int]] = {}
+        for i, word in enumerate(words):
+            at.setdefault(word, []).append(i)
+        for action, phrase in phrases.items():
+            for start in _find(words, phrase, at) if phrase else []:
+                if _negated(words, start) or _compound(words, start, phrase, shapes):
+                    return None
+                named.add(action)
     # Drop an action that is only part of a longer named one ("drawer 2" in "open drawer 2").
-    named = {
-        a for a in named if not any(b != a and _mentions(phrases[b], phrases[a]) for b in named)
-    }
+    named = {a for a in named if not any(b != a and _find(phrases[b], phrases[a]) for b in named)}
     return named.pop() if len(named) == 1 else None
 
 
@@ -237,9 +307,13 @@ class Env:
         return self._observe()
 
     def reset(self, seed: int) -> str:
-        # A string seed is hashed with sha512 by random.Random, so instances do not depend on
+        # A seed is an integer: a string would be accepted by random.Random below and give some
+        # instance, so a seed read back from a file ("7<script>") must fail here, not replay.
+        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+            raise TypeError(f"{self.name}: a seed is an integer, got {seed!r}")
+        # The string is hashed with sha512 by random.Random, so instances do not depend on
         # PYTHONHASHSEED and the same seed gives the same instance on every machine.
-        self._generate(random.Random(f"{self.name}:{seed}"))
+        self._generate(random.Random(f"{self.name}:{int(seed)}"))
         self._ready, self._done = True, False
         return self.observe()
 

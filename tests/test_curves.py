@@ -91,3 +91,44 @@ def test_bad_directories_fail_in_one_line(tmp_path: Path, capsys) -> None:
     (tmp_path / "metrics.jsonl").write_text("")
     assert curves.main([str(tmp_path)]) == 2
     assert "no complete step logged yet" in capsys.readouterr().err
+
+
+def test_damaged_lines_are_skipped_and_named(tmp_path: Path) -> None:
+    """A 400-digit value, a line nested 100000 deep, a byte that is not UTF-8, a step that is not
+    an integer: each line is skipped (the first named in one warning), the rest is drawn."""
+    run = write_run(tmp_path / "run", 6)
+    good = (run / "metrics.jsonl").read_bytes()
+    bad = [
+        b'{"step": 7, "reward": ' + b"9" * 400 + b', "success": 0.5}',  # only reward is unusable
+        b"[" * 100_000 + b"]" * 100_000,
+        b'{"step": 8, "reward": 0.5, "note": "\xff"}',
+        b'{"step": "9", "reward": 0.5}',
+        b'{"step": 10, "reward": NaN, "success": Infinity}',
+        b"9" * 5000,
+    ]
+    (run / "metrics.jsonl").write_bytes(good + b"\n".join(bad) + b"\n")
+    with pytest.warns(UserWarning, match="skipped 4 lines: line 8: nested too deeply") as found:
+        assert curves.main([str(run)]) == 0
+    assert len(found) == 1 and "\n" not in str(found[0].message)
+    rows = curves.read_metrics(run / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6, 7, 10]
+    steps, rewards = curves.series(rows, ("reward",))
+    assert steps == [1, 2, 3, 4, 5, 6]  # 10**400 and NaN are no numbers to draw
+    assert curves.series(rows, ("success",))[0] == [1, 2, 3, 4, 5, 6, 7]
+    assert all(coloured(p) > 50 for p in panels(run / "curves.png"))
+
+
+def test_output_must_name_a_png_file(tmp_path: Path, capsys) -> None:
+    run = write_run(tmp_path / "run", 3)
+    (tmp_path / "pictures").mkdir()
+    for output, words in (
+        (tmp_path / "pictures", "is a directory"),
+        (tmp_path / "curves.jpg", "is not a .png file"),
+    ):
+        assert curves.main([str(run), "--output", str(output)]) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert lines == [
+            f"minirl.curves: error: --output {output} {words}: name a .png file to write"
+        ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pictures", "run"]  # nothing written
+    assert not any((tmp_path / "pictures").iterdir())

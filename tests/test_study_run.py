@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -121,3 +123,156 @@ def test_bad_study_flags_exit_2(capsys) -> None:
     assert evaluate.main(["--study", "--tasks", "chess"]) == 2
     assert "--tasks 'chess'" in capsys.readouterr().err
     assert evaluate.main(["--study", "--tight", "12", "--generous", "4"]) == 2
+    capsys.readouterr()
+    refused = {
+        "--tasks gridnav,gridnav --jobs 2": "--tasks 'gridnav,gridnav' names gridnav twice",
+        "--tasks gridnav,hilo,gridnav": "names gridnav twice",
+        "--jobs 65": "--jobs must be in [1, 64], got 65 (each job is a process",
+        "--jobs 0": "--jobs must be in [1, 64], got 0",
+    }
+    for flags, words in refused.items():
+        assert evaluate.main(["--study", *flags.split()]) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and words in lines[0], (flags, lines)
+
+
+def test_validate_is_a_cli_like_the_others(capsys) -> None:
+    from minirl.study import validate
+
+    refused = {
+        "--task chess": "--task 'chess': valid tasks are gridnav",
+        "--reps 0": "--reps must be in [1, 10000], got 0",
+        "--reps x": "argument --reps: invalid int value: 'x'",
+        "--replicates 5": "--replicates must be in [10, 100000], got 5",
+        "--family -1": "--family must be in [1, 10000], got -1",
+        "--rep 3": "unrecognized arguments: --rep 3",  # no abbreviations
+        "--bogus": "unrecognized arguments: --bogus",
+    }
+    for flags, words in refused.items():
+        try:
+            code = validate.main(flags.split())
+        except SystemExit as exc:  # argparse's errors
+            code = exc.code
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(lines) == 1, (flags, lines)
+        assert lines[0].startswith("minirl.study.validate: error: ") and words in lines[0], lines
+
+
+# A study small enough to rerun many times: one task, one seed, three arms of one step each.
+TOY = [
+    *("--tasks", "gridnav", "--seeds", "0", "--no_process", "--max_steps", "1"),
+    *("--tasks_per_step", "1", "--num_generations", "2", "--k", "1", "--t", "2", "--n", "1"),
+    *("--instances", "2", "--decision_states", "2", "--recovery_states", "2"),
+    *("--state_episodes", "1", "--decision_samples", "1", "--validation_reps", "1"),
+]
+
+
+def study(flags: list[str], capsys) -> tuple[int, list[str]]:
+    code = evaluate.main(["--study", *flags])
+    return code, capsys.readouterr().err.strip().splitlines()
+
+
+def statuses(out: Path) -> dict[str, str]:
+    timings = json.loads((out / "study.json").read_text())["timings"]
+    return {key: value["status"] for key, value in timings.items() if isinstance(value, dict)}
+
+
+@pytest.fixture(scope="module")
+def toy(quick_tiny_path: str, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """One toy study, trained and evaluated once; the tests below rerun it (in this order)."""
+    out = tmp_path_factory.mktemp("toy-study") / "study"
+    flags = [*TOY, "--model", quick_tiny_path, "--output", str(out)]
+    assert evaluate.main(["--study", *flags]) == 0
+    assert set(statuses(out).values()) == {"trained", "evaluated"}
+    return {"out": out, "flags": flags, "model": quick_tiny_path}
+
+
+def test_damaged_study_files_are_one_line(toy: dict, capsys) -> None:
+    out, flags = toy["out"], toy["flags"]
+    record = (out / "study.json").read_bytes()
+    summary = out / "gridnav" / "runs" / "fixed-T4" / "summary.json"
+    good_summary = summary.read_bytes()
+    damaged = {
+        "empty study.json": (out / "study.json", b"", "study.json: not valid JSON"),
+        "truncated study.json": (out / "study.json", record[:100], "not valid JSON"),
+        "study.json a list": (out / "study.json", b"[]", "expected an object, got a list"),
+        "study.json tasks a list": (
+            out / "study.json",
+            record.replace(b'"tasks": {', b'"tasks": [{', 1),
+            "study.json",
+        ),
+        "study.json args mistyped": (
+            out / "study.json",
+            record.replace(b'"n": 1', b'"n": "1"', 1),
+            "study.json: args.n: expected an integer, got '1'",
+        ),
+        "study.json not UTF-8": (out / "study.json", b"\xff" + record, "byte 0 is not UTF-8"),
+        "summary.json truncated": (summary, good_summary[:50], "fixed-T4/summary.json: not valid"),
+        "summary.json without config": (summary, b'{"steps": 1}', "summary.json: no 'config'"),
+        "summary.json steps a string": (
+            summary,
+            good_summary.replace(b'"steps": 1', b'"steps": "1"'),
+            "summary.json: steps: expected an integer or null",
+        ),
+    }
+    for case, (path, data, words) in damaged.items():
+        path.write_bytes(data)
+        code, lines = study(flags, capsys)
+        assert code == 2 and len(lines) == 1, (case, lines)
+        assert lines[0].startswith("evaluate.py: error: ") and words in lines[0], (case, lines)
+        (out / "study.json").write_bytes(record)
+        summary.write_bytes(good_summary)
+    assert study(flags, capsys)[0] == 0  # and repaired, it is all reused
+    assert set(statuses(out).values()) == {"reused"}
+
+
+def test_a_rerun_reuses_only_what_was_done_with_the_same_settings(
+    toy: dict, tmp_path: Path, capsys
+) -> None:
+    """Training reuse compares each run's whole recorded config, evaluation reuse the whole
+    EvalArgs and the results file's hash: other flags are refused in one line or re-run, never
+    reported as if they had been run."""
+    from minirl.study.run import eval_args, evaluated, load_study
+
+    out, flags, model = toy["out"], toy["flags"], toy["model"]
+    results = (out / "gridnav" / "results.json").read_bytes()
+    # The same command: everything reused, nothing rewritten.
+    assert study(flags, capsys)[0] == 0
+    assert set(statuses(out).values()) == {"reused"}
+    assert (out / "gridnav" / "results.json").read_bytes() == results
+    # Training flags, or another model (the same files under another name): refused.
+    other_model = tmp_path / "other-name"
+    other_model.symlink_to(model)
+    for changed, words in {
+        ("--num_generations", "4"): "--num_generations (2, now 4)",
+        ("--budget_min", "6", "--budget_max", "10"): "--budget_min (4, now 6), --budget_max",
+        ("--tasks_per_step", "2"): "--tasks_per_step (1, now 2)",
+        ("--model", str(other_model)): f"--model ('{model}', now '{other_model}')",
+    }.items():
+        code, lines = study([*flags, *changed], capsys)
+        assert code == 2 and len(lines) == 1 and words in lines[0], (changed, lines)
+        assert "was trained with other settings" in lines[0] and "new --output" in lines[0]
+    code, lines = study([*flags, "--max_steps", "0"], capsys)
+    assert code == 2 and "--max_steps must be >= 1" in lines[0]
+    assert (out / "gridnav" / "results.json").read_bytes() == results
+    # Evaluation reuse: the recorded arguments and the file's hash must both match. Another
+    # evaluation flag, or a results.json rewritten since, is not the recorded evaluation.
+    record = load_study(out / "study.json")
+    args = eval_args(record.args, "gridnav", {"base": "base"}, out)
+    args.checkpoints = record.tasks["gridnav"].evaluation["checkpoints"]
+    assert evaluated(record, "gridnav", args, out)
+    assert not evaluated(record, "gridnav", dataclasses.replace(args, decision_samples=2), out)
+    (out / "gridnav" / "results.json").write_bytes(results + b" ")
+    assert not evaluated(record, "gridnav", args, out)
+    # The real command with an evaluation flag changed, and one run's checkpoint deleted: that run
+    # is trained again (nothing blames a --checkpoints flag), the others are reused, and the
+    # evaluation is run again with the new flag.
+    for checkpoint in (out / "gridnav" / "runs" / "budgetmix").glob("checkpoint-*"):
+        shutil.rmtree(checkpoint)
+    assert study([*flags, "--decision_samples", "2"], capsys)[0] == 0
+    found = statuses(out)
+    assert found.pop("gridnav/budgetmix") == "trained"
+    assert found.pop("gridnav/evaluation") == "evaluated"
+    assert set(found.values()) == {"reused"}
+    meta = json.loads((out / "gridnav" / "results.json").read_text())["meta"]
+    assert meta["decision_samples"] == 2

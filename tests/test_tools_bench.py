@@ -23,6 +23,11 @@ from minirl.tools import bench
         # The memory part's flags are checked before anything runs.
         (["--memory_episodes", "6"], "multiple of --num_generations 4"),
         (["--memory_flags", "--budget_min 9 --budget_max 2"], "--budget_min (9) must be <="),
+        (["--memory_flags", "--mode 'fixed"], '--memory_flags "--mode \'fixed": No closing'),
+        (
+            ["--memory_flags", "--learning_rat 0.1"],
+            "--memory_flags '--learning_rat 0.1': unrecognized arguments: --learning_rat",
+        ),
     ],
 )
 def test_bad_flags_are_one_line_errors(flags, words, capsys: pytest.CaptureFixture[str]) -> None:

@@ -60,3 +60,15 @@ def test_bad_flags_are_one_line_errors() -> None:
     )
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1].startswith("minirl.tools.step_memory: error:")
+
+
+@pytest.mark.parametrize("flag", ["--learning_rat", "--num_gen", "--lora"])
+def test_abbreviated_flags_are_refused_as_train_py_refuses_them(flag: str, capsys) -> None:
+    """argparse would read a prefix as the flag it begins (`--learning_rat` as --learning_rate)."""
+    from minirl.tools import step_memory
+
+    with pytest.raises(SystemExit) as exc:
+        step_memory.main([flag, "2"])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith(f"minirl.tools.step_memory: error: unrecognized arguments: {flag}")

@@ -1,12 +1,13 @@
 """`--report_to`: every tracker holds exactly what metrics.jsonl and summary.json hold.
 
-One real 3-step run through `python train.py` reports to all three trackers at once, offline:
-tensorboard's event files are read back with tensorboard's own reader, trackio's local SQLite
-store with trackio's, and W&B's offline run file (no login, no network: wandb picks offline mode
-by itself) with its protobuf records. Each step's scalars must equal that step's line of
-metrics.jsonl (tensorboard stores float32, so there they are compared as float32), and the
-before/after evaluation must equal summary.json. The same run must leave its curves and its
-episode viewer page.
+One real 3-step run through `python train.py` reports to all three trackers at once, offline
+and with the network cut off (tests/no_network.py: any DNS lookup or internet connection fails
+and is recorded): tensorboard's event files are read back with tensorboard's own reader,
+trackio's local SQLite store with trackio's, and W&B's offline run file (no login, no network:
+wandb picks offline mode by itself) with its protobuf records. Each step's scalars must equal
+that step's line of metrics.jsonl (tensorboard stores float32, so there they are compared as
+float32), and the before/after evaluation must equal summary.json. The same run must leave its
+curves and its episode viewer page.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+from html.parser import HTMLParser
 from pathlib import Path
 
 import matplotlib.image
@@ -38,8 +40,9 @@ def run(quick_tiny_path: str, tmp_path_factory: pytest.TempPathFactory) -> dict:
     args = ["--model", quick_tiny_path, "--steps", str(STEPS), "--num_generations", "2"]
     args += ["--tasks_per_step", "2", "--eval_seeds", "4", "--budget_min", "2", "--budget_max", "4"]
     args += ["--output_dir", str(out), "--report_to", "tensorboard", "trackio", "wandb"]
+    network = tmp / "network.log"
     proc = subprocess.run(
-        [sys.executable, "train.py", *args],
+        [sys.executable, "tests/no_network.py", str(network), "train.py", *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -50,6 +53,7 @@ def run(quick_tiny_path: str, tmp_path_factory: pytest.TempPathFactory) -> dict:
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     summary = json.loads((out / "summary.json").read_text())
+    tried = network.read_text() if network.exists() else ""
     return {
         "out": out,
         "tmp": tmp,
@@ -57,7 +61,14 @@ def run(quick_tiny_path: str, tmp_path_factory: pytest.TempPathFactory) -> dict:
         "summary": summary,
         "env": env,
         "stdout": proc.stdout,
+        "net": tried,
     }
+
+
+def test_no_tracker_reaches_for_the_network(run: dict) -> None:
+    """Without a login, wandb must not even resolve a host: it used to build its settings (and
+    start its system monitor's metadata lookup) before minirl's offline mode took effect."""
+    assert run["net"] == "", run["net"]
 
 
 def train_scalars(line: dict) -> dict[str, float]:
@@ -229,3 +240,149 @@ def test_report_to_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     assert trackers.wandb_mode() == "online"
     monkeypatch.setenv("WANDB_MODE", "disabled")
     assert trackers.wandb_mode() == "disabled"
+
+
+# ---- the episode table in TensorBoard: replies are text, never Markdown or HTML ----------------
+
+NASTY_REPLIES = [
+    "<img src=http://example.com/x.png>",
+    "![](http://example.com/y.png)",
+    "[click](javascript:alert(1))",
+    "<script>alert(1)</script>",
+    "up | down",
+    "left\n| 1 | 2 | forged | row | x | y |",
+    "**bold** _it_ `code` # head",
+    "&lt;b&gt; \\| back\\slash",
+    "nul\x00byte\r\nend",
+]
+
+
+class Rendered(HTMLParser):
+    """The tags, table rows and cell texts of TensorBoard's rendering of a text summary."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[str] = []
+        self.rows: list[list[str]] = []
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        self.tags.append(tag)
+        if tag == "tr":
+            self.rows.append([])
+        elif tag in ("td", "th"):
+            self.rows[-1].append("")
+
+    def handle_data(self, data: str) -> None:
+        if self.rows and self.rows[-1]:
+            self.rows[-1][-1] += data
+
+
+def render(markdown: str) -> Rendered:
+    from tensorboard.plugin_util import markdown_to_safe_html  # what TensorBoard's page shows
+
+    found = Rendered()
+    found.feed(markdown_to_safe_html(markdown))
+    return found
+
+
+def test_replies_show_in_tensorboard_as_the_text_they_are(tmp_path: Path) -> None:
+    """The episode table, logged to a real event file and read back, rendered as TensorBoard's
+    page renders it: every reply is its own text in its own cell."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    turn = {"valid": True, "mistake": False, "optimal": False}
+    records = [
+        {"seed": i, "budget": 4, "success": False, "turns": [{**turn, "reply": reply}]}
+        for i, reply in enumerate(NASTY_REPLIES)
+    ]
+    with trackers.tracking(["tensorboard"], tmp_path, {}) as opened:
+        opened.log_episodes({"episodes": {"base<i>|": records}}, 1)
+    events = EventAccumulator(str(tmp_path / "tensorboard"), size_guidance={"tensors": 0})
+    events.Reload()
+    text = events.Tensors("episodes/text_summary")[0].tensor_proto.string_val[0].decode()
+    found = render(text)
+    assert not {"img", "a", "script", "strong", "em", "code", "h1"} & set(found.tags), found.tags
+    assert len(found.rows) == 1 + len(NASTY_REPLIES)  # no row cut, none forged
+    for row, reply in zip(found.rows[1:], NASTY_REPLIES, strict=True):
+        assert len(row) == 6, row
+        row = [cell.strip() for cell in row]  # the rendering's own line breaks
+        assert row[2] == "base<i>|"
+        shown = reply.replace("\r\n", "\u23ce").replace("\n", "\u23ce").replace("\x00", "\ufffd")
+        assert row[-1] == shown, (row[-1], reply)
+    # The control: unescaped, TensorBoard renders these replies as live images and links.
+    bare = "| reply |\n|---|\n" + "\n".join(f"| {r} |" for r in NASTY_REPLIES[:3])
+    assert {"img", "a"} <= set(render(bare).tags)
+
+
+# ---- a tracker that cannot log is refused before the model loads -------------------------------
+
+
+def tracker_cases(tmp: Path) -> dict[str, tuple[list[str], dict[str, str], str]]:
+    """name -> (--report_to, environment, words of the one-line error)."""
+    (tmp / "a_file").write_text("")
+    under_a_file = str(tmp / "a_file" / "dir")
+    return {
+        "tensorboard a file": (["tensorboard"], {}, "tensorboard, which is a file"),
+        "WANDB_MODE sideways": (["wandb"], {"WANDB_MODE": "sideways"}, "WANDB_MODE='sideways'"),
+        "online without a key": (["wandb"], {"WANDB_MODE": "online"}, "needs a W&B login"),
+        "WANDB_DATA_DIR unwritable": (
+            ["wandb"],
+            {"WANDB_DATA_DIR": under_a_file},
+            "choose another WANDB_DATA_DIR",
+        ),
+        "WANDB_CACHE_DIR unwritable": (
+            ["wandb"],
+            {"WANDB_CACHE_DIR": under_a_file},
+            "choose another WANDB_CACHE_DIR",
+        ),
+        "TRACKIO_DIR unwritable": (
+            ["trackio"],
+            {"TRACKIO_DIR": under_a_file},
+            "choose another TRACKIO_DIR",
+        ),
+        "HF_HOME unwritable": (["trackio"], {"HF_HOME": under_a_file}, "choose another HF_HOME"),
+    }
+
+
+def test_trackers_that_cannot_log_are_one_line_before_training(
+    quick_tiny_path: str, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import train
+
+    for name in ("WANDB_MODE", "WANDB_API_KEY", "TRACKIO_DIR", "WANDB_DATA_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc: no W&B login
+    for case, (report_to, env, words) in tracker_cases(tmp_path).items():
+        out = tmp_path / case.replace(" ", "-")
+        if case == "tensorboard a file":
+            out.mkdir()
+            (out / "tensorboard").write_text("")
+        with monkeypatch.context() as patch:
+            for key, value in env.items():
+                patch.setenv(key, value)
+            code = train.main(
+                ["--model", quick_tiny_path, "--output_dir", str(out), "--report_to", *report_to]
+            )
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(lines) == 1, (case, lines)
+        assert lines[0].startswith("train.py: error: ") and words in lines[0], (case, lines)
+        assert not (out / "metrics.jsonl").exists()  # refused before the run began
+
+
+def test_a_tracker_failing_mid_run_is_one_line(tmp_path: Path, monkeypatch) -> None:
+    """wandb stages a table in WANDB_DATA_DIR when it is logged: unwritable by then, the run
+    stops with a RunError naming wandb (exit status 1), not 134 lines of traceback."""
+    from minirl.errors import RunError
+
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "a_file").write_text("")
+    turns = [{"reply": "up", "valid": True, "mistake": False, "optimal": True}]
+    samples = {"episodes": {"base": [{"seed": 1, "budget": 4, "success": True, "turns": turns}]}}
+    with pytest.raises(RunError, match=r"^--report_to wandb could not log \(") as err:
+        with trackers.tracking(["wandb"], tmp_path, {}) as opened:
+            opened.log_metrics({"step": 1, "reward": 0.5})
+            monkeypatch.setenv("WANDB_DATA_DIR", str(tmp_path / "a_file" / "dir"))
+            opened.log_episodes(samples, 1)
+    assert "\n" not in str(err.value) and err.value.exit_code == 1

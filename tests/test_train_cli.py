@@ -12,6 +12,7 @@ adding up; the bad values that fail before anything loads run in-process.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 import signal
@@ -170,7 +171,14 @@ def runs(quick_tiny_path: str, tmp_path_factory: pytest.TempPathFactory) -> dict
     envs = {"model_offline_hub": {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp / "hf_home")}}
     before = {p.name: p.read_bytes() for p in (real / "checkpoint-1").iterdir()}
     results = run_many({k: commands[k] for k in SUBPROCESS}, tmp / "network", envs)
-    return {"tmp": tmp, "real": real, "before": before, "results": results, "commands": commands}
+    return {
+        "tmp": tmp,
+        "real": real,
+        "before": before,
+        "results": results,
+        "commands": commands,
+        "model": quick_tiny_path,
+    }
 
 
 # The cases run as real processes: a signal-free smoke of each kind of failure (argparse, a value,
@@ -402,3 +410,89 @@ def test_ctrl_c_is_one_line_naming_the_checkpoint_to_resume(
         f"from {newest}"
     )
     assert result.network == ""
+
+
+def test_one_writer_per_run_directory(quick_tiny_path: str, tmp_path: Path) -> None:
+    """A `--resume` or an evaluate.py started on a directory a live run writes is refused in one
+    line; killed with SIGKILL, the run leaves no lock that blocks the next writer."""
+    from minirl.checkpoint import LOCK, sole_writer
+
+    out, logs = tmp_path / "run", tmp_path / "logs"
+    logs.mkdir()
+    args = ["--model", quick_tiny_path, *SMALL, "--save_steps", "1", "--max_steps", "100000"]
+    first = start([*args, "--output_dir", str(out)], logs / "first.log")
+    deadline = time.monotonic() + 600
+    while first.poll() is None and not (
+        (out / LOCK).exists() and (out / LOCK).read_text() == str(first.pid)
+    ):
+        assert time.monotonic() < deadline, "the run took no lock within 10 minutes"
+        time.sleep(0.1)
+    evaluate_cmd = ["evaluate.py", "--model", quick_tiny_path, "--output", str(out)]
+    others = {
+        "resume": start([*args, "--output_dir", str(out), "--resume"], logs / "resume.log"),
+        "evaluate": subprocess.Popen(
+            [sys.executable, *evaluate_cmd, "--instances", "2", "--n", "1", "--k", "1"],
+            cwd=ROOT,
+            env=cli_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        ),
+    }
+    results = {name: finish(proc, logs / f"{name}.log") for name, proc in others.items()}
+    try:
+        assert first.poll() is None, "the first run ended before the others were refused"
+        for name, result in results.items():
+            assert result.returncode == 2, (name, result.stderr[-2000:])
+            assert len(result.error_lines) == 1, (name, result.stderr[-2000:])
+            line = result.error_lines[0]
+            assert f"{out} is being written by another process (pid {first.pid})" in line, line
+            flag = "--output" if name == "evaluate" else "--output_dir"
+            assert line.endswith(f"or choose another {flag}"), line
+        while not checkpoints(out):  # a step or more, to see that none was written twice
+            assert first.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+    finally:
+        first.kill()  # SIGKILL: no handler runs, only the operating system cleans up
+        first.communicate()
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    steps = [json.loads(line)["step"] for line in lines if line.endswith("}")]
+    assert steps == list(range(1, len(steps) + 1)), steps  # one writer: no step twice
+    assert (out / LOCK).exists()  # the file stays, and means nothing once its holder is gone
+    with sole_writer(out, "--output_dir"):
+        assert (out / LOCK).read_text() == str(os.getpid())
+
+
+def test_resume_refuses_planted_sample_episodes(runs: dict, capsys) -> None:
+    """A resumed run keeps, and shows, its episodes.json: one that does not replay is refused."""
+    import tasks
+
+    env = tasks.make("gridnav")
+    env.reset(tasks.EVAL_SEEDS[0])
+    record = {"seed": tasks.EVAL_SEEDS[0], "budget": 4, "optimal_length": env.optimal_length}
+    planted = {
+        "seed a script": {**record, "seed": "1<script>alert(1)</script>", "success": True},
+        "success forged": {**record, "success": True},  # no turn played: it cannot be solved
+    }
+    for case, bad in planted.items():
+        out = runs["tmp"] / f"planted-{case.replace(' ', '-')}"
+        shutil.copytree(runs["real"], out)
+        samples = {"task": "gridnav", "episodes": {"base": [{**bad, "turns": []}]}}
+        (out / "episodes.json").write_text(json.dumps(samples))
+        code, lines = run_main(
+            [
+                "--model",
+                runs["model"],
+                *SMALL,
+                "--max_steps",
+                "2",
+                "--output_dir",
+                str(out),
+                "--resume",
+            ],
+            capsys,
+        )
+        assert code == 2 and len(lines) == 1, (case, lines)
+        assert lines[0].startswith(f"train.py: error: --resume: {out / 'episodes.json'}"), lines
+        assert "delete that file" in lines[0]
+        assert checkpoints(out)[-1].name == "checkpoint-1"  # nothing was trained

@@ -30,6 +30,7 @@ from minirl.config import (
     ViewerArgs,
 )
 from minirl.errors import ConfigError
+from minirl.study.validate import ValidateArgs
 from minirl.validation import Range, check_fields, expected, field_hints, parse_ints
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,7 +40,7 @@ import train  # noqa: E402
 
 CLI_DATACLASSES = (
     *(ModelArgs, GRPOArgs, BudgetArgs, TaskArgs, EvalArgs, StudyArgs, BenchArgs),
-    *(ViewerArgs, CurvesArgs, OpenLoopArgs),
+    *(ViewerArgs, CurvesArgs, OpenLoopArgs, ValidateArgs),
 )
 FIELDS = [(cls, name) for cls in CLI_DATACLASSES for name in field_hints(cls)]
 
@@ -192,10 +193,11 @@ def test_help_shows_every_range(parser) -> None:
 def test_cli_dataclasses_are_all_covered() -> None:
     # A new CLI dataclass must join CLI_DATACLASSES; this finds them by their HfArg fields.
     import minirl.config as config
+    import minirl.study.validate as validate
 
     found = {
         obj
-        for obj in vars(config).values()
+        for obj in [*vars(config).values(), *vars(validate).values()]
         if dataclasses.is_dataclass(obj)
         and isinstance(obj, type)
         and any("help" in f.metadata for f in dataclasses.fields(obj))

@@ -287,3 +287,198 @@ def test_cli_writes_the_page_and_fails_in_one_line(tmp_path: Path, capsys) -> No
     )
     assert viewer.main([str(tmp_path / "nothing")]) == 2
     assert "no episodes.json" in capsys.readouterr().err
+
+
+# ---- a page built from a file trusts nothing in it ---------------------------------------------
+
+# Each payload, if it ran, marks the page: the test reads the mark back from the browser's DOM.
+PAYLOADS = [
+    "<script>document.body.dataset.pwned = 'script'</script>",
+    '"><img src=x onerror="document.body.dataset.pwned = \'img\'">',
+    "'><svg onload=\"document.body.dataset.pwned = 'svg'\">",
+    "</code></td></tr></table><script>document.body.dataset.pwned='break-out'</script>",
+]
+
+
+def test_no_text_from_the_file_runs_in_the_page(tmp_path: Path) -> None:
+    """Every text the file may hold (policy names, replies, the directory's name) is a payload;
+    the page opened in Chromium must run its own script and nothing else."""
+    run = tmp_path / "run<script>document.body.dataset.pwned='title'<"
+    run.mkdir()
+    samples = load_samples(write_samples("gridnav", run / "episodes.json"))
+    for i, payload in enumerate(PAYLOADS):
+        records = json.loads(json.dumps(samples["episodes"]["base"]))
+        for record in records:  # the replies carry the payload, the marks still replay true
+            for turn in record["turns"]:
+                if not turn["valid"]:
+                    turn["reply"] = payload
+        samples["episodes"][payload + str(i)] = records
+    (run / "episodes.json").write_text(json.dumps(samples))
+    page = viewer.write_page(run)
+    found = dom(page, tmp_path)
+    assert found.body.get("data-ready") == "yes", "the page's own script did not run"
+    assert "data-pwned" not in found.body, found.body
+    assert found.scripts == 1
+    # The control: the same payloads, unescaped, do run in this browser.
+    bare = tmp_path / "bare.html"
+    bare.write_text(f"<html><body>{''.join(PAYLOADS)}</body></html>")
+    assert "data-pwned" in dom(bare, tmp_path).body
+
+
+@pytest.mark.parametrize("field", ["seed", "budget", "optimal_length"])
+@pytest.mark.parametrize("payload", PAYLOADS[:2])
+def test_a_planted_number_never_runs_in_the_page(
+    field: str, payload: str, tmp_path: Path, capsys
+) -> None:
+    """A file whose seed, budget or optimal_length is a script: the viewer refuses it in one line
+    and writes no page. (Its turns are invalid replies, which replay alike in every instance, so
+    only the type check can stop it; a page, if one were written, must still run nothing.)"""
+    env = tasks.make("gridnav")
+    env.reset(SEEDS[0])
+    turn = {"reply": "banana", "action": None, "valid": False, "mistake": False}
+    turn |= {"optimal": False, "distance_before": 1.0, "distance_after": 1.0, "reward": 0.0}
+    record = {"seed": SEEDS[0], "budget": 4, "optimal_length": env.optimal_length}
+    record |= {"success": False, "turns": [turn, turn], field: payload}
+    samples = {"task": "gridnav", "episodes": {"base": [record], "trained": [record]}}
+    (tmp_path / "episodes.json").write_text(json.dumps(samples))
+    code = viewer.main([str(tmp_path)])
+    page = tmp_path / "episodes.html"
+    if page.exists():
+        found = dom(page, tmp_path)
+        assert "data-pwned" not in found.body and found.scripts == 1, found.body
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, lines
+    assert f".{field}: expected an integer" in lines[0], lines
+    assert not page.exists()
+
+
+def good_samples(tmp_path: Path) -> dict:
+    return json.loads(write_samples("gridnav", tmp_path / "episodes.json").read_text())
+
+
+def solved(samples: dict) -> dict:
+    return next(r for r in samples["episodes"]["trained"] if r["success"])
+
+
+def unsolved(samples: dict) -> dict:
+    return next(r for r in samples["episodes"]["base"] if not r["success"])
+
+
+def first_turn(samples: dict) -> dict:
+    return samples["episodes"]["base"][0]["turns"][0]
+
+
+# (what is wrong, how the file is changed (a function of the parsed file, or bytes), words the
+# one line must hold). Type errors name the field; replay errors name the episode and the field.
+MALFORMED = {
+    "not JSON": (b"{'task': gridnav}", ["not valid JSON"]),
+    "empty": (b"", ["not valid JSON"]),
+    "truncated": (lambda d: json.dumps(d)[:200].encode(), ["not valid JSON"]),
+    "not UTF-8": (b'{"task": "grid\xffnav", "episodes": {}}', ["byte 14 is not UTF-8"]),
+    "nested without end": (b"[" * 100_000 + b"]" * 100_000, ["nested too deeply"]),
+    "a 5000-digit number": (b'{"task": ' + b"9" * 5000 + b"}", ["more digits than Python"]),
+    "a list": (b"[1, 2]", ["expected an object, got a list"]),
+    "episodes a list": (lambda d: {**d, "episodes": []}, ["json: episodes: expected an object"]),
+    "no episodes": (lambda d: {"task": d["task"]}, ["no 'episodes'"]),
+    "no task": (lambda d: {"episodes": d["episodes"]}, ["no 'task'"]),
+    "unknown task": (lambda d: {**d, "task": "chess"}, ["task 'chess' is not one of"]),
+    "task a number": (lambda d: {**d, "task": 5}, ["json: task: expected a string, got 5"]),
+    "policy not a list": (lambda d: {**d, "episodes": {"base": 7}}, ["['base']: expected a list"]),
+    "seed a string": (lambda d: unsolved(d).update(seed="1000000"), [".seed: expected an integer"]),
+    "seed a script": (
+        lambda d: unsolved(d).update(seed="1<script>alert(1)</script>"),
+        [".seed: expected an integer, got '1<script>"],
+    ),
+    "seed a float": (lambda d: unsolved(d).update(seed=1000000.0), [".seed: expected an integer"]),
+    "seed a bool": (lambda d: unsolved(d).update(seed=True), [".seed: expected an integer"]),
+    "seed negative": (lambda d: unsolved(d).update(seed=-1), [".seed: must be >= 0"]),
+    "seed too long": (lambda d: unsolved(d).update(seed=10**400), [".seed: expected an integer"]),
+    "budget a string": (
+        lambda d: unsolved(d).update(budget='12"><img src=x onerror=alert(1)>'),
+        [".budget: expected an integer"],
+    ),
+    "budget 0": (lambda d: unsolved(d).update(budget=0), [".budget: must be in [1, 100]"]),
+    "budget 1e9": (lambda d: unsolved(d).update(budget=10**9), [".budget: must be in [1, 100]"]),
+    "optimal_length a string": (
+        lambda d: unsolved(d).update(optimal_length="<script>alert(1)</script>"),
+        [".optimal_length: expected an integer"],
+    ),
+    "success a string": (lambda d: unsolved(d).update(success="yes"), [".success: expected true"]),
+    "turns an object": (lambda d: unsolved(d).update(turns={}), [".turns: expected a list"]),
+    "task_text unknown": (
+        lambda d: unsolved(d).update(task_text="klingon"),
+        [".task_text: expected one of compact, natural"],
+    ),
+    "a turn without its reply": (lambda d: first_turn(d).pop("reply"), ["no 'reply'"]),
+    "a reply a number": (lambda d: first_turn(d).update(reply=5), [".reply: expected a string"]),
+    "valid a string": (lambda d: first_turn(d).update(valid="false"), [".valid: expected true"]),
+    "a distance a string": (
+        lambda d: first_turn(d).update(distance_before="far"),
+        [".distance_before: expected a number"],
+    ),
+    "more turns than T": (
+        lambda d: unsolved(d).update(budget=len(unsolved(d)["turns"]) - 1),
+        ["more than its budget"],
+    ),
+    # Well-typed, but the replay disagrees: the page would show an outcome the task never gave.
+    "success tampered": (lambda d: unsolved(d).update(success=True), ["success=False", "edited"]),
+    "failure tampered": (lambda d: solved(d).update(success=False), ["success=True", "edited"]),
+    "optimal_length tampered": (
+        lambda d: solved(d).update(optimal_length=solved(d)["optimal_length"] + 1),
+        ["optimal_length", "edited"],
+    ),
+    "a mark tampered": (lambda d: first_turn(d).update(valid=True), ["turn 1", "valid=False"]),
+    "an action tampered": (
+        lambda d: solved(d)["turns"][0].update(
+            action="left" if solved(d)["turns"][0]["action"] != "left" else "up"
+        ),
+        ["turn 1", "action="],
+    ),
+    "a turn after the end": (
+        lambda d: solved(d)["turns"].append(dict(solved(d)["turns"][-1])),
+        ["the episode ended at turn", "the file has more"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_a_malformed_episodes_file_is_one_line(case: str, tmp_path: Path, capsys) -> None:
+    change, words = MALFORMED[case]
+    samples = good_samples(tmp_path)
+    # A change gives the whole file (bytes), a new object (a dict), or edits the parsed file.
+    result = change if isinstance(change, bytes) else change(samples)
+    if not isinstance(result, bytes):
+        result = json.dumps(result if isinstance(result, dict) else samples).encode()
+    raw = result
+    (tmp_path / "episodes.json").write_bytes(raw)
+    assert viewer.main([str(tmp_path)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("minirl.viewer: error: "), lines
+    for word in words:
+        assert word in lines[0], (word, lines[0])
+    assert not (tmp_path / "episodes.html").exists()
+
+
+def test_output_may_not_overwrite_the_input_or_the_run(tmp_path: Path, capsys) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    write_samples("gridnav", run / "episodes.json")
+    (run / "adapter_config.json").write_text("{}")
+    (run / "notes.html").write_text("mine")
+    (tmp_path / "folder.html").mkdir()
+    refused = {
+        run / "episodes.json": "name an .html file",
+        run / "adapter_config.json": "name an .html file",
+        run / "notes.html": "is a file of the run",
+        tmp_path / "folder.html": "is a directory",
+        run: "name an .html file",
+    }
+    before = {p.name: p.read_bytes() for p in run.iterdir()}
+    for output, words in refused.items():
+        assert viewer.main([str(run), "--output", str(output)]) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and words in lines[0], (output, lines)
+    assert {p.name: p.read_bytes() for p in run.iterdir()} == before
+    for output in (run / "episodes.html", tmp_path / "elsewhere.html"):
+        assert viewer.main([str(run), "--output", str(output)]) == 0
+        assert output.read_text().count('class="instance"') == len(SEEDS)

@@ -13,11 +13,21 @@ evaluations, go J at a time, each in its own process with cores / J threads: tor
 gain little from a second thread at tiny's size, while two processes use both cores fully.
 The record of what ran is `StudyRecord` (study.json); minirl.study.claims
 and minirl.study.report turn the results into report.md, where no conclusion is written by hand.
+
+A study is resumable: run the same command again and it reuses what is done, but only what was
+done with the same settings. A training run is reused when its summary.json records the arm's
+whole config (every flag but those that cannot change its results, minirl.checkpoint), continued
+when it stopped short of --max_steps, and refused with one line when it was trained otherwise (a
+new --output keeps both). A task's evaluation is reused when study.json records the very
+evaluation arguments (every flag of EvalArgs, the runs' paths included) and the sha256 of the
+results.json they wrote, and no run of the task was trained since; else it is evaluated again.
+Each file read back is checked first (minirl.readback); a damaged one is named in one line.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import multiprocessing
 import os
@@ -28,7 +38,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from minirl.checkpoint import checkpoints
+from minirl.checkpoint import checkpoints, config_changes, sole_writer
 from minirl.config import (
     BudgetArgs,
     Config,
@@ -40,6 +50,8 @@ from minirl.config import (
     study_seeds,
     validate_study,
 )
+from minirl.errors import ConfigError, DataError
+from minirl.readback import check_json, read_json
 
 
 @dataclass
@@ -48,6 +60,8 @@ class StudyTask:
 
     results: str
     arms: dict[str, list[str]]  # arm -> its run labels, one per training seed
+    evaluation: dict = field(default_factory=dict)  # the EvalArgs results.json was made with
+    results_sha256: str = ""  # of results.json as that evaluation wrote it
 
 
 @dataclass
@@ -57,7 +71,8 @@ class StudyRecord:
     args: StudyArgs
     commit: str  # the code that measured the results
     tasks: dict[str, StudyTask] = field(default_factory=dict)
-    timings: dict = field(default_factory=dict)  # "task/label": {seconds, status}, total_seconds
+    # "task/label": {seconds, status}; total_seconds (and measured_seconds) a number
+    timings: dict[str, dict[str, float | str] | float] = field(default_factory=dict)
     invoked_at: str = ""  # the code of this invocation (differs when it only reused results)
 
     def to_json(self) -> dict:
@@ -75,7 +90,17 @@ class StudyRecord:
 
 
 def load_study(path: str | Path) -> StudyRecord:
-    return StudyRecord.from_json(json.loads(Path(path).read_text()))
+    """study.json, every value checked (DataError names the file and what is wrong)."""
+    data = check_json(read_json(path), StudyRecord, f"{path}:")
+    return StudyRecord.from_json(data)
+
+
+@dataclass
+class RunSummary:
+    """What the study reads of a run's summary.json: the config it was trained with, its steps."""
+
+    config: dict[str, dict]
+    steps: int | None = None  # written when the run finished
 
 
 @dataclass
@@ -125,14 +150,35 @@ def arm_config(args: StudyArgs, task: str, arm: Arm, seed: int, output_dir: Path
 
 
 def train_missing(cfg: Config, progress: bool) -> str:
-    """Train `cfg` unless its run finished before; resume a run that was cut short."""
+    """Train `cfg` unless its run finished before with the same config; resume a run that was cut
+    short (or that --max_steps now asks to go further); refuse one trained with other flags."""
     from minirl.trainer import train  # the study is one of the loop's three callers
 
     out = Path(cfg.output_dir)
-    summary = out / "summary.json"
-    if summary.is_file() and json.loads(summary.read_text()).get("steps") == cfg.grpo.max_steps:
-        return "reused"
-    cfg.grpo.resume = bool(checkpoints(out))
+    path = out / "summary.json"
+    found = checkpoints(out)
+    if path.is_file():
+        try:
+            summary = check_json(read_json(path), RunSummary, f"{path}:")
+        except DataError as err:
+            raise DataError(f"{err}; delete {out} to train that run again") from err
+        changes = config_changes(summary["config"], cfg)
+        if changes:
+            raise ConfigError(
+                f"{out} was trained with other settings: {', '.join(changes)}; run the study "
+                "with the flags it was started with, or give a new --output"
+            )
+        steps = summary["steps"] or 0
+        if steps > cfg.grpo.max_steps:
+            raise ConfigError(
+                f"{out} was trained for {steps} steps, more than --max_steps "
+                f"{cfg.grpo.max_steps}; use --max_steps {steps}, or give a new --output"
+            )
+        if steps == cfg.grpo.max_steps and found:
+            return "reused"
+    # Without a checkpoint there is nothing to evaluate or resume: the run is trained afresh.
+    cfg.grpo.resume = bool(found)
+    cfg.grpo.overwrite_output_dir = False
     train(cfg, progress=progress)
     return "resumed" if cfg.grpo.resume else "trained"
 
@@ -170,7 +216,8 @@ def _timed_eval(args: EvalArgs, progress: bool) -> float:
     from minirl.eval.compare import compare, write_outputs
 
     t0 = time.perf_counter()
-    write_outputs(compare(args, progress=progress), args.output)
+    with sole_writer(args.output, "--output"):  # another writer of TASK_DIR is refused
+        write_outputs(compare(args, progress=progress), args.output)
     return round(time.perf_counter() - t0, 1)
 
 
@@ -206,32 +253,33 @@ def eval_args(args: StudyArgs, task: str, labels: dict[str, str], root: Path) ->
     )
 
 
-def evaluated(args: StudyArgs, path: Path, labels: list[str]) -> bool:
-    """Whether `path` already holds this task's evaluation under these arguments (then a rerun,
-    e.g. after a crash in the report, reuses it instead of evaluating for minutes again)."""
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
+
+
+def evaluated(earlier: StudyRecord | None, task: str, args: EvalArgs, root: Path) -> bool:
+    """Whether root/TASK/results.json is the evaluation `args` asks for, as study.json recorded
+    it (then a rerun, e.g. after a crash in the report, reuses it instead of evaluating again)."""
     from minirl.eval.results import load_results
 
-    if not path.is_file():
+    entry = earlier.tasks.get(task) if earlier else None
+    path = root / task / "results.json"
+    if entry is None or entry.evaluation != dataclasses.asdict(args):
         return False
+    if not entry.results_sha256 or sha256(path) != entry.results_sha256:
+        return False  # written by something else since (evaluate.py --output TASK_DIR)
     try:
         found = load_results(path)
     except (ValueError, KeyError, TypeError):
         return False  # unreadable or from an older layout: evaluate again
-    meta = found.meta
-    return (
-        list(found.checkpoints) == labels
-        and len(meta.seeds) == args.instances
-        and meta.n == args.n
-        and meta.seed == args.eval_seed
-        and meta.ts == [int(t) for t in args.t.split(",")]
-        and meta.ks == [int(k) for k in args.k.split(",")]
-        and meta.decision_samples == args.decision_samples
-        and all(entry.successes for entry in found.checkpoints.values())
-    )
+    return all(result.successes for result in found.checkpoints.values())
 
 
 def run_study(args: StudyArgs, progress: bool = True) -> StudyRecord:
-    """Train what is missing, evaluate every task, write per-task results and study.json."""
+    """Train what is missing, evaluate every task, write per-task results and study.json.
+
+    The caller holds the study directory (minirl.checkpoint.sole_writer; evaluate.py does).
+    """
     validate_study(args)
     seeds = study_seeds(args)
     root = Path(args.output)
@@ -240,11 +288,21 @@ def run_study(args: StudyArgs, progress: bool = True) -> StudyRecord:
     now = git_commit()
     study = StudyRecord(args=dataclasses.replace(args), commit=now, invoked_at=now)
     # What an earlier invocation did and reuses now keeps the seconds it took then.
-    earlier = load_study(root / "study.json") if (root / "study.json").is_file() else None
+    record = root / "study.json"
+    try:
+        earlier = load_study(record) if record.exists() else None
+    except DataError as err:
+        raise DataError(
+            f"{err}; delete it to start the record afresh (finished runs are reused, every "
+            "task is evaluated again)"
+        ) from err
     before = earlier.timings if earlier else {}
 
     def took(key: str, seconds: float) -> float:
-        return before.get(key, {}).get("seconds", seconds) if seconds == 0 else seconds
+        then = before.get(key)
+        if seconds == 0 and isinstance(then, dict) and isinstance(then.get("seconds"), float):
+            return then["seconds"]
+        return seconds
 
     started = time.perf_counter()
     names = [t.strip() for t in args.tasks.split(",") if t.strip()]
@@ -263,15 +321,16 @@ def run_study(args: StudyArgs, progress: bool = True) -> StudyRecord:
     ):
         key = f"{task}/{label}"
         study.timings[key] = {"seconds": took(key, seconds), "status": status}
-    evaluations = {}
+    evaluations, asked = {}, {}
     for task in names:
         labels = {"base": "base"}
         labels |= {label: cfg.output_dir for t, label, cfg in runs if t == task}
+        asked[task] = eval_args(args, task, labels, root)
         retrained = any(
             study.timings[f"{t}/{label}"]["status"] != "reused" for t, label, _ in runs if t == task
         )
-        if retrained or not evaluated(args, root / task / "results.json", list(labels)):
-            evaluations[task] = eval_args(args, task, labels, root)
+        if retrained or not evaluated(earlier, task, asked[task], root):
+            evaluations[task] = asked[task]
         else:
             key = f"{task}/evaluation"
             study.timings[key] = {"seconds": took(key, 0), "status": "reused"}
@@ -282,13 +341,17 @@ def run_study(args: StudyArgs, progress: bool = True) -> StudyRecord:
         study.tasks[task] = StudyTask(
             results=f"{task}/results.json",
             arms={a.name: [run_label(a, s, seeds) for s in seeds] for a in arms(args)},
+            evaluation=dataclasses.asdict(asked[task]),
+            results_sha256=sha256(root / task / "results.json"),
         )
     study.timings["total_seconds"] = round(time.perf_counter() - started, 1)
     reused = all(v.get("status") == "reused" for v in study.timings.values() if isinstance(v, dict))
     if earlier and reused:  # nothing was measured now: the numbers, and their time, are earlier
         study.commit = earlier.commit
-        study.timings["measured_seconds"] = earlier.timings.get(
-            "measured_seconds", earlier.timings["total_seconds"]
-        )
-    (root / "study.json").write_text(json.dumps(study.to_json(), indent=1))
+        measured = earlier.timings.get("measured_seconds", earlier.timings.get("total_seconds"))
+        if isinstance(measured, float):
+            study.timings["measured_seconds"] = measured
+    tmp = record.with_name(record.name + ".tmp")  # a crash mid-write keeps the earlier record
+    tmp.write_text(json.dumps(study.to_json(), indent=1))
+    tmp.replace(record)
     return study

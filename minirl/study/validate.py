@@ -17,16 +17,24 @@ Two rates per rule, each conservative for Holm's adjustment over a study of `fam
                    strictest step: it rejects at least this often).
 
     python -m minirl.study.validate --reps 100      # the rates the closing notes report
+
+Its flags are the fields of `ValidateArgs`, parsed and checked as every other command's are
+(minirl.cli, minirl.validation): a bad value is one line naming the flag, and exit status 2.
 """
 
 from __future__ import annotations
 
-import argparse
+import sys
 from dataclasses import dataclass
+from typing import Annotated
 
+from transformers.hf_argparser import HfArg
+
+import tasks
 from minirl.progress import progress_bar
 from minirl.study import simulate
 from minirl.study.claims import ALPHA, analyse_results
+from minirl.validation import Range
 
 
 @dataclass(frozen=True)
@@ -126,23 +134,49 @@ def verdict_rates(
     )
 
 
+@dataclass
+class ValidateArgs:
+    """python -m minirl.study.validate: the verdict rules' error rates on simulated studies."""
+
+    task: str = HfArg(default="fog", help="Task the simulated policies play (see tasks/).")
+    reps: Annotated[int, Range(ge=1, le=10_000, why="each simulated study takes ~5 s")] = HfArg(
+        default=100, help="Simulated studies."
+    )
+    replicates: Annotated[int, Range(ge=10, le=100_000)] = HfArg(
+        default=1000, help="Bootstrap replicates of each test."
+    )
+    family: Annotated[int, Range(ge=1, le=10_000)] = HfArg(
+        default=36, help="Tests in the real study (the size of Holm's family)."
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--task", default="fog", help="Task the simulated policies play.")
-    parser.add_argument("--reps", type=int, default=100, help="Simulated studies.")
-    parser.add_argument("--replicates", type=int, default=1000, help="Bootstrap replicates.")
-    parser.add_argument("--family", type=int, default=36, help="Tests in the real study.")
-    args = parser.parse_args(argv)
-    if args.reps < 1 or args.replicates < 10 or args.family < 1:
-        parser.error("need --reps >= 1, --replicates >= 10, --family >= 1")
-    rates = verdict_rates(args.task, Skills(), args.reps, args.replicates, args.family, True)
-    print(f"{args.task}, {rates.reps} simulated studies at the study's sizes, {Skills()}")
-    for name, share in rates.false_shown.items():
-        print(f"  false 'shown' (alpha {ALPHA}): {share:.2f}  {name}")
-    for name, share in rates.power.items():
-        print(f"  shown (alpha/{args.family}):   {share:.2f}  {name}")
-    return 0
+    from minirl.cli import ArgParser, run_cli
+    from minirl.errors import ConfigError
+    from minirl.validation import check_fields
+
+    parser = ArgParser(
+        ValidateArgs,
+        prog="minirl.study.validate",
+        description=__doc__.splitlines()[0],
+        allow_abbrev=False,
+    )
+    (args,) = parser.parse_args_into_dataclasses(args=argv)
+
+    def work() -> int:
+        check_fields(args)
+        if args.task not in tasks.NAMES:
+            raise ConfigError(f"--task {args.task!r}: valid tasks are {', '.join(tasks.NAMES)}")
+        rates = verdict_rates(args.task, Skills(), args.reps, args.replicates, args.family, True)
+        print(f"{args.task}, {rates.reps} simulated studies at the study's sizes, {Skills()}")
+        for name, share in rates.false_shown.items():
+            print(f"  false 'shown' (alpha {ALPHA}): {share:.2f}  {name}")
+        for name, share in rates.power.items():
+            print(f"  shown (alpha/{args.family}):   {share:.2f}  {name}")
+        return 0
+
+    return run_cli("minirl.study.validate", work, lambda: "nothing was written")
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

@@ -370,15 +370,24 @@ def median(values: list[float]) -> float:
 
 def memory_argv(args: BenchArgs, episodes: int, backend: str) -> list[str]:
     """train.py flags of one memory-part step; a ConfigError if they do not make one."""
+    import contextlib
+    import io
     import shlex
 
     from minirl.tools.step_memory import parse_config
 
-    flags = [*shlex.split(args.memory_flags), "--model", args.memory_model, "--backend", backend]
     try:
-        generations = parse_config(flags).grpo.num_generations
-    except SystemExit as err:  # argparse has printed which flag it could not read
-        raise ConfigError(f"--memory_flags {args.memory_flags!r}: not train.py flags") from err
+        words = shlex.split(args.memory_flags)
+    except ValueError as err:  # an unclosed quote: shlex cannot split it into flags
+        raise ConfigError(f"--memory_flags {args.memory_flags!r}: {err}") from err
+    flags = [*words, "--model", args.memory_model, "--backend", backend]
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):  # argparse's line becomes part of this one
+            generations = parse_config(flags).grpo.num_generations
+    except SystemExit as err:
+        why = said.getvalue().strip().split("error: ", 1)[-1] or "not train.py flags"
+        raise ConfigError(f"--memory_flags {args.memory_flags!r}: {why}") from err
     if episodes % generations:
         raise ConfigError(
             f"--memory_episodes {episodes} is not a multiple of --num_generations {generations}"

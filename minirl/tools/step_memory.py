@@ -86,6 +86,7 @@ def parse_config(argv: list[str]) -> Config:
         (ModelArgs, GRPOArgs, BudgetArgs, TaskArgs),
         prog="minirl.tools.step_memory",
         description=__doc__.split("\n")[0],
+        allow_abbrev=False,  # as train.py: a prefix (--learning_rat) must not set a flag
     )
     model, grpo, budget, task = parser.parse_args_into_dataclasses(args=argv)
     cfg = Config(model, grpo, budget, task)
