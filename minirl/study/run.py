@@ -7,10 +7,13 @@ For every task it trains (where a finished run is not already there) and then ev
     (d) budgetmix   BudgetMix GRPO, T drawn per group from [budget_min, budget_max]
     (e) process     (optional) BudgetMix with the per-turn process reward
 one run per arm and training seed. All arms of a task are evaluated in one `compare` call, so they
-play identical held-out instances from the same sampling seed, and the fixed states (fresh and
-post-error) come from the base policy. With `--jobs J` the runs, and then the tasks'
-evaluations, go J at a time, each in its own process with cores / J threads: torch's CPU kernels
-gain little from a second thread at tiny's size, while two processes use both cores fully.
+play identical held-out instances from the same sampling seed, and the fixed states (fresh,
+post-error and matched fresh) come from the base policy. With `--control`, a second base (by
+default `tiny`, uniform-noise demonstrations) is evaluated alone on the same instances, so the
+report can set the main base's recovery deficit beside one that has none. With `--jobs J` the
+runs, and then the tasks' evaluations, go J at a time, each in its own process with cores / J
+threads: torch's CPU kernels gain little from a second thread at tiny's size, while two processes
+use both cores fully.
 The record of what ran is `StudyRecord` (study.json); minirl.study.claims
 and minirl.study.report turn the results into report.md, where no conclusion is written by hand.
 """
@@ -48,6 +51,7 @@ class StudyTask:
 
     results: str
     arms: dict[str, list[str]]  # arm -> its run labels, one per training seed
+    control: str = ""  # the control base's results file ("" when none was evaluated)
 
 
 @dataclass
@@ -187,12 +191,15 @@ def _map(fn: Callable, items: list, jobs: int, progress: bool) -> list:
         return list(pool.map(fn, items, [False] * len(items)))
 
 
-def eval_args(args: StudyArgs, task: str, labels: dict[str, str], root: Path) -> EvalArgs:
-    """The one evaluation of a task: every arm on the same instances, states and seed."""
+def eval_args(
+    args: StudyArgs, task: str, labels: dict[str, str], root: Path, control: bool = False
+) -> EvalArgs:
+    """The one evaluation of a task: every arm on the same instances, states and seed (or, with
+    `control`, the control base alone, into <task>/control)."""
     return EvalArgs(
         checkpoints=",".join(f"{label}={path}" for label, path in labels.items()),
         task=task,
-        model=args.model,
+        model=args.control if control else args.model,
         k=args.k,
         t=args.t,
         n=args.n,
@@ -200,9 +207,11 @@ def eval_args(args: StudyArgs, task: str, labels: dict[str, str], root: Path) ->
         seed=args.eval_seed,
         decision_states=args.decision_states,
         recovery_states=args.recovery_states,
+        recovery_horizon=args.recovery_horizon,
+        recovery_matches=args.recovery_matches,
         decision_samples=args.decision_samples,
         state_episodes=args.state_episodes,
-        output=str(root / task),
+        output=str(root / task / "control" if control else root / task),
     )
 
 
@@ -227,6 +236,7 @@ def evaluated(args: StudyArgs, path: Path, labels: list[str]) -> bool:
         and meta.ks == [int(k) for k in args.k.split(",")]
         and meta.decision_samples == args.decision_samples
         and all(entry.successes for entry in found.checkpoints.values())
+        and all("after" in s for s in meta.post_error_states)  # the third edition's states
     )
 
 
@@ -271,17 +281,24 @@ def run_study(args: StudyArgs, progress: bool = True) -> StudyRecord:
             study.timings[f"{t}/{label}"]["status"] != "reused" for t, label, _ in runs if t == task
         )
         if retrained or not evaluated(args, root / task / "results.json", list(labels)):
-            evaluations[task] = eval_args(args, task, labels, root)
+            evaluations[f"{task}/evaluation"] = eval_args(args, task, labels, root)
         else:
             key = f"{task}/evaluation"
             study.timings[key] = {"seconds": took(key, 0), "status": "reused"}
+        if args.control:
+            key = f"{task}/control"
+            if evaluated(args, root / task / "control" / "results.json", ["base"]):
+                study.timings[key] = {"seconds": took(key, 0), "status": "reused"}
+            else:
+                evaluations[key] = eval_args(args, task, {"base": "base"}, root, control=True)
     done = _map(_timed_eval, list(evaluations.values()), args.jobs, progress)
-    for task, seconds in zip(evaluations, done, strict=True):
-        study.timings[f"{task}/evaluation"] = {"seconds": seconds, "status": "evaluated"}
+    for key, seconds in zip(evaluations, done, strict=True):
+        study.timings[key] = {"seconds": seconds, "status": "evaluated"}
     for task in names:
         study.tasks[task] = StudyTask(
             results=f"{task}/results.json",
             arms={a.name: [run_label(a, s, seeds) for s in seeds] for a in arms(args)},
+            control=f"{task}/control/results.json" if args.control else "",
         )
     study.timings["total_seconds"] = round(time.perf_counter() - started, 1)
     reused = all(v.get("status") == "reused" for v in study.timings.values() if isinstance(v, dict))
