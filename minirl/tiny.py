@@ -91,9 +91,9 @@ class TinyRecipe:
     """Bumped when the build code changes in a way the fields above do not capture."""
     demonstrator: str = "uniform"
     """What the demonstrations do after an error (DEMONSTRATORS): "uniform" noise at every turn
-    (no recovery deficit), "sticky" (repeats the failed action) or "truncated" (stop at it)."""
-    stick: float = 0.5
-    """For "sticky": the chance that the turn after an error repeats the erring action."""
+    (no recovery deficit), "sticky" (repeats a failed action) or "truncated" (stop at it)."""
+    stick: float = 0.6
+    """For "sticky": the chance that the turn after a failed error repeats it."""
 
     @classmethod
     def for_task(cls, task: str, demonstrator: str = "uniform") -> TinyRecipe:
@@ -118,8 +118,10 @@ class TinyRecipe:
 # The demonstrators of the warm start. A pretrained agent is not uniformly noisy: once off the
 # path its training showed it, it loops and repeats what just failed. "uniform" has no such
 # failure mode (a state after an error looks like any other to it: the study's control);
-# "sticky" repeats an erring action with probability `stick` (a bump is bumped again, a detour
-# continued, a refuted guess said again), so the base learns the loop; "truncated" ends every
+# "sticky" repeats a *failed* error (a non-optimal action the environment reported as failing:
+# a bump, a refuted guess, "nothing happens") with probability `stick`, and a repeat that fails
+# again may be repeated again: the loop. Only failures the conversation shows trigger it, so
+# the base can learn when to loop (a detour looks like any move); "truncated" ends every
 # demonstration at its first error, so the states after an error are off the training
 # distribution, as they are for an agent cloned from successful demonstrations only.
 DEMONSTRATORS: tuple[str, ...] = ("uniform", "sticky", "truncated")
@@ -161,7 +163,7 @@ def noisy_demo(
     epsilon: float,
     rng: random.Random,
     demonstrator: str = "uniform",
-    stick: float = 0.5,
+    stick: float = 0.6,
 ) -> Demo:
     """Play one episode with the epsilon-noisy oracle, with the budget visible as in rollouts.
 
@@ -173,11 +175,11 @@ def noisy_demo(
     observations, replies = [budget_text(obs, budget)], []
     success = False
     entropies: list[float] = []
-    erred = False  # was the previous action an error?
+    failed = False  # was the previous action an error that the environment reported failing?
     for turn in range(budget):
         optimal = sorted(env.optimal_actions())
         entropy = _mixture_entropy(len(env.action_words), len(optimal), epsilon)
-        if demonstrator == "sticky" and erred:
+        if demonstrator == "sticky" and failed:
             entropies.append(
                 _sticky_entropy(env.action_words, optimal, replies[-1], epsilon, stick)
             )
@@ -195,6 +197,7 @@ def noisy_demo(
         replies.append(action)
         success = step.info["success"]
         erred = action not in optimal
+        failed = erred and bool(step.info.get("mistake") or step.info.get("error"))
         if step.done or (demonstrator == "truncated" and erred):
             break
         observations.append(budget_text(step.observation, budget - turn - 1))

@@ -647,6 +647,14 @@ def analyse(
     return analyse_results(task, results, arms, mix_range=mix_range, budget=budget)
 
 
+def base_deficit(results_path: Path, replicates: int = REPLICATES) -> Deficit:
+    """The recovery deficit of the base evaluated in a results file (section 0 of the report)."""
+    results = load_results(results_path)
+    d = design(results)
+    base = measures(units(results.checkpoints["base"]), d, draws(d.instances, replicates))
+    return deficit(results, d, base)
+
+
 def signed(x: float, se: float | None = None) -> str:
     if math.isnan(x):
         return "n/a"

@@ -373,9 +373,9 @@ def sim_results(
     fresh_states: int = 200,
     post_states: int = 200,
     samples: int = 2,
-    state_episodes: int = 4,
+    state_episodes: int = 8,
     recovery_horizon: int = 3,
-    matches: int = 2,
+    matches: int = 4,
     seed: int = 0,
     continuations: bool = True,
 ) -> SimStudy:

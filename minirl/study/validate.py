@@ -54,7 +54,8 @@ Sim = simulate.SimPolicy
 @dataclass(frozen=True)
 class Sizes:
     """A study's sizes, as minirl.study.simulate.sim_results takes them (defaults: the study's:
-    5 training seeds, 60 instances, n = 4, T in {2, 4, 8, 12}, 200 + 200 states, horizon 3)."""
+    5 training seeds, 60 instances, n = 4, T in {2, 4, 8, 12}, 200 + 200 states drawn from 8
+    base episodes per instance, positions 1..3 after an error, up to 4 matches each)."""
 
     runs: int = 5
     instances: int = 60
@@ -63,9 +64,9 @@ class Sizes:
     fresh_states: int = 200
     post_states: int = 200
     samples: int = 2
-    state_episodes: int = 4
+    state_episodes: int = 8
     recovery_horizon: int = 3
-    matches: int = 2
+    matches: int = 4
 
 
 @dataclass(frozen=True)
