@@ -433,9 +433,10 @@ class StudyArgs:
     )
     eval_seed: Seed = HfArg(default=0, help="Sampling seed of every evaluation.")
     validation_reps: Count = HfArg(
-        default=20,
-        help="Simulated studies with known skills that the report puts through its own verdict "
-        "rules, to state their error rates (minirl.study.validate; ~5 s each).",
+        default=10,
+        help="Simulated studies per world of known truths that the report puts through its own "
+        "verdict rules, to state their bias and error rates (minirl.study.validate; five worlds, "
+        "~20 s a repetition).",
     )
     jobs: Count = HfArg(
         default=1,

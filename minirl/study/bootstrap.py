@@ -77,6 +77,8 @@ class Design:
     matched: np.ndarray  # [S_p] bool: the post-error state has matched fresh states
     matched_instance: np.ndarray  # [S_m]
     matched_bucket: np.ndarray  # [S_m]
+    post_repeat: np.ndarray  # [S_p] bool: at position 2, the base repeated its first error
+    post_optimal_n: np.ndarray  # [S_p] optimal actions in the state
     pairs: np.ndarray  # [S_p, S_m]: 1 / |matches of p| where f is one of them, else 0
 
 
@@ -102,6 +104,10 @@ def design(results: EvalResults) -> Design:
         matched=np.array([bool(s.get("matches")) for s in post], bool),
         matched_instance=np.array([index[s["seed"]] for s in meta.matched_states], int),
         matched_bucket=np.array([bucket(s["turn"]) for s in meta.matched_states], int),
+        post_repeat=np.array(
+            [s.get("after") == 2 and s["replies"][-1] == s["replies"][-2] for s in post], bool
+        ),
+        post_optimal_n=np.array([s.get("optimal", 1) for s in post], float),
         pairs=pairs,
     )
 

@@ -14,9 +14,11 @@ alike. The rules:
 1. Budget dependence. gap(T) = Pass@(1,T)[arm] - Pass@(1,T)[base] grows with T for two reasons:
    a real need for turns, and plain compounding (a better single step is worth more over more
    turns). The null removes the second. Its simulated base (minirl.study.simulate) plays the
-   real task with base's measured optimal rates per turn, fresh and after an error, and one
-   log-odds level fitted so that its mean Pass@(1,T) over T is base's; the arm's null adds the
-   arm's measured single-step gains per turn. null(T) = S(T; arm) - S(T; base), and
+   real task with base's measured optimal rates per turn, fresh and after an error, repeats a
+   failed error as often as base did beyond chance (`repeat_rate`), and has one log-odds level
+   fitted so that its mean Pass@(1,T) over T is base's; the arm's null adds the arm's measured
+   single-step gains per turn (on every fresh state, random and matched).
+   null(T) = S(T; arm) - S(T; base), and
        growth = least-squares slope of [gap - null](T) over every T, times (T_max - T_min).
    **The null must pass its own check** first: its simulated base must be within one standard
    error of base's real Pass@(1,T) at every T (the SE of the difference: base's bootstrap SE and
@@ -50,12 +52,14 @@ also reports the smallest effect it could detect with 80% power at its adjusted 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+import tasks
 from minirl.eval.recovery import KINDS
 from minirl.eval.results import EvalResults, load_results
 from minirl.study import simulate
@@ -354,6 +358,33 @@ def calibrate(
     return (b, sb) if abs(fb) <= abs(fa) else (a, sa)
 
 
+def repeat_rate(task: str, d: Design, base: Measures) -> tuple[float, dict[str, float]]:
+    """How often the base repeats an error, beyond chance, and per bucket key of post-error
+    states the share that follow an error directly (position 1): the null's sticky errors.
+
+    At position 2 the state's last reply is the base's own action after its first error; it
+    repeats the error with chance r + (1 - r) c under the null's model, c the chance that a
+    uniform non-optimal draw picks it again, (1 - q) / (actions - optimal). So r = (share - c) /
+    (1 - c), clipped to [0, 1]. A post-error state right after an error is optimal with chance
+    (1 - r) q, so the null's per-turn q is the measured rate over 1 - r * (that share).
+    """
+    second = d.post_after == 2
+    if second.sum() < 10:
+        return 0.0, {}
+    words = len(tasks.make(task).action_words)
+    q = float(base["post_step"][0]) if not math.isnan(base["post_step"][0]) else 0.5
+    others = max(words - float(d.post_optimal_n[second].mean()), 1.0)
+    c = (1 - q) / others
+    share = float(d.post_repeat[second].mean())
+    r = min(max((share - c) / (1 - c), 0.0), 1.0)
+    after = {}
+    for k in bucket_keys(d, "post"):
+        j = int(k.split("@")[1].rstrip("+"))
+        here = d.post_bucket >= j if k.endswith("+") else d.post_bucket == j
+        after[k] = float((d.post_after[here] == 1).mean()) if here.any() else 0.0
+    return r, after
+
+
 def budget_rows(
     task: str,
     d: Design,
@@ -365,11 +396,14 @@ def budget_rows(
     t_fresh = _trials(d, np.ones(len(d.fresh_instance), bool))
     fresh_keys = bucket_keys(d, "step")
     post_keys = bucket_keys(d, "post") if len(d.post_bucket) else fresh_keys
+    repeat, after_error = repeat_rate(task, d, base)
+    post_rates = [float(base[k][0]) / (1 - repeat * after_error.get(k, 0.0)) for k in post_keys]
     model = simulate.SimPolicy(
         0.5,
         0.5,
         turn_fresh=per_turn([simulate.logit(float(base[k][0])) for k in fresh_keys]),
-        turn_post=per_turn([simulate.logit(float(base[k][0])) for k in post_keys]),
+        turn_post=per_turn([simulate.logit(min(r, 0.999)) for r in post_rates]),
+        repeat=repeat,
     )
     real = np.array([base[f"pass1@{t}"][0] for t in d.ts])
     level, base_streams = calibrate(task, seeds, model, d.ts, real)
@@ -396,9 +430,8 @@ def budget_rows(
     for arm, runs in arms.items():
         gain_runs = [_logit(m, "step", t_fresh) - _logit(base, "step", t_fresh) for m in runs]
         gains = [float(np.mean([bucket_gain(m, base, d, k) for m in runs])) for k in fresh_keys]
-        shifted = simulate.SimPolicy(
-            model.q_fresh,
-            model.q_post,
+        shifted = dataclasses.replace(  # the calibrated base, sticky errors and all, plus gains
+            model,
             turn_fresh=tuple(a + g for a, g in zip(model.turn_fresh, per_turn(gains), strict=True)),
             turn_post=tuple(a + g for a, g in zip(model.turn_post, per_turn(gains), strict=True)),
         )
