@@ -77,6 +77,10 @@ def test_measures_split_by_kind_and_turn_bucket() -> None:
         post_after=np.array([1, 2]),
         matched=np.array([True, False]),
         matched_instance=np.array([1]),
+        matched_bucket=np.array([1]),
+        post_repeat=np.array([False, False]),
+        post_optimal_n=np.array([1.0, 1.0]),
+        harder=np.array([False, True, False]),
         pairs=np.array([[1.0], [0.0]]),
     )
     u = Units(
@@ -89,7 +93,11 @@ def test_measures_split_by_kind_and_turn_bucket() -> None:
     w = draws(3, replicates=5, seed=2)
     got = measures(u, d, w)
     assert got["pass1@4"][0] == pytest.approx(3 / 6)
-    assert got["step@0"][0] == 1.0 and got["step@1"][0] == 0.5 and math.isnan(got["step@2"][0])
+    # Per turn bucket, the random and the matched fresh states together (bucket 1: the random
+    # states 1 and 2 and the matched one: 1 of 3), and on each half of the instances.
+    assert got["step@0"][0] == 1.0 and got["step@1"][0] == pytest.approx(1 / 3)
+    assert math.isnan(got["step@2"][0]) and got["step@1+"][0] == pytest.approx(1 / 3)
+    assert got["step@1/hard"][0] == 0.0 and got["step@1/easy"][0] == 1.0  # instance 2 is easy
     assert got["post@1"][0] == 1.0 and got["post@2"][0] == 0.0
     # Only the matched post-error state enters the paired comparison.
     assert got["post_m"][0] == 1.0 and got["matched"][0] == 0.0

@@ -79,6 +79,7 @@ class Design:
     matched_bucket: np.ndarray  # [S_m]
     post_repeat: np.ndarray  # [S_p] bool: at position 2, the base repeated its first error
     post_optimal_n: np.ndarray  # [S_p] optimal actions in the state
+    harder: np.ndarray  # [I] bool: base solved the instance less often than the median one
     pairs: np.ndarray  # [S_p, S_m]: 1 / |matches of p| where f is one of them, else 0
 
 
@@ -86,6 +87,9 @@ def design(results: EvalResults) -> Design:
     meta = results.meta
     index = {s: i for i, s in enumerate(meta.seeds)}
     post = meta.post_error_states
+    base = results.checkpoints.get("base")
+    wins = np.array(base.successes.get(max(meta.ts), []) if base else [], float)
+    harder = wins < np.median(wins) if wins.size == len(meta.seeds) else np.zeros(len(index), bool)
     pairs = np.zeros((len(post), len(meta.matched_states)))
     for p, state in enumerate(post):
         for f in state.get("matches", []):
@@ -108,6 +112,7 @@ def design(results: EvalResults) -> Design:
             [s.get("after") == 2 and s["replies"][-1] == s["replies"][-2] for s in post], bool
         ),
         post_optimal_n=np.array([s.get("optimal", 1) for s in post], float),
+        harder=harder,
         pairs=pairs,
     )
 
@@ -150,7 +155,8 @@ def measures(u: Units, d: Design, w: np.ndarray, kind: str | None = None) -> dic
     """One run's rates under every replicate.
 
     pass1@T; step (random fresh states); step@k and step@k+ (every fresh state, random or
-    matched, of turn bucket k, or of k and later), post@k and post@k+ alike; post_step and
+    matched, of turn bucket k, or of k and later), post@k and post@k+ alike, and each of these
+    on the easier and the harder half of the instances (`/easy`, `/hard`); post_step and
     post_success (all post-error states, or those of one kind); and, on the post-error states
     that have matches, post_m (their optimal rate) and matched (their matches' rate, each
     post-error state's matches averaged, so every post-error state weighs the same).
@@ -163,12 +169,20 @@ def measures(u: Units, d: Design, w: np.ndarray, kind: str | None = None) -> dic
     fresh = np.concatenate([u.fresh, u.matched])
     fresh_instance = np.concatenate([d.fresh_instance, d.matched_instance])
     fresh_bucket = np.concatenate([d.fresh_bucket, d.matched_bucket])
+    fresh_hard, post_hard = d.harder[fresh_instance], d.harder[d.post_instance]
     for k in range(len(TURN_BUCKETS)):
         for tag, pick in (("", np.equal), ("+", np.greater_equal)):
-            here = pick(fresh_bucket, k)
-            out[f"step@{k}{tag}"] = rate(fresh[here], d.m, fresh_instance[here], w)
-            there = pick(d.post_bucket, k)
-            out[f"post@{k}{tag}"] = rate(u.post_optimal[there], d.m, d.post_instance[there], w)
+            for cls, f_in, p_in in (
+                ("", True, True),
+                ("/easy", ~fresh_hard, ~post_hard),
+                ("/hard", fresh_hard, post_hard),
+            ):
+                here = pick(fresh_bucket, k) & f_in
+                out[f"step@{k}{tag}{cls}"] = rate(fresh[here], d.m, fresh_instance[here], w)
+                there = pick(d.post_bucket, k) & p_in
+                out[f"post@{k}{tag}{cls}"] = rate(
+                    u.post_optimal[there], d.m, d.post_instance[there], w
+                )
     post = np.array([kind is None or k == kind for k in d.post_kind], bool)
     out["post_step"] = rate(u.post_optimal[post], d.m, d.post_instance[post], w)
     if u.post_success.size:

@@ -14,10 +14,11 @@ alike. The rules:
 1. Budget dependence. gap(T) = Pass@(1,T)[arm] - Pass@(1,T)[base] grows with T for two reasons:
    a real need for turns, and plain compounding (a better single step is worth more over more
    turns). The null removes the second. Its simulated base (minirl.study.simulate) plays the
-   real task with base's measured optimal rates per turn, fresh and after an error, repeats a
-   failed error as often as base did beyond chance (`repeat_rate`), and has one log-odds level
-   fitted so that its mean Pass@(1,T) over T is base's; the arm's null adds the arm's measured
-   single-step gains per turn (on every fresh state, random and matched).
+   real task with base's measured optimal rates per turn, fresh and after an error, on the
+   easier and the harder half of the instances (by base's own success), repeats an error as
+   often as base did beyond chance (`repeat_rate`), and has one log-odds level fitted so that
+   its mean Pass@(1,T) over T is base's; the arm's null adds the arm's measured single-step
+   gains per turn and half (on every fresh state, random and matched).
    null(T) = S(T; arm) - S(T; base), and
        growth = least-squares slope of [gap - null](T) over every T, times (T_max - T_min).
    **The null must pass its own check** first: its simulated base must be within one standard
@@ -229,29 +230,43 @@ def _trials(d: Design, where: np.ndarray) -> float:
     return d.m * max(int(where.sum()), 1)
 
 
-def bucket_keys(d: Design, prefix: str) -> list[str]:
-    """Per turn bucket, the measure to read: the bucket's own (`step@k`, `post@k`), or, where it
-    holds fewer than MIN_TRIALS replies, the pool of the latest bucket j <= k from which on
-    there are enough (`step@j+`), so a thin late bucket borrows from its neighbours."""
+def _states(d: Design, key: str) -> int:
+    """How many fixed states a measure key (`step@3+/hard`, `post@1`, ...) is a rate over."""
+    head, _, cls = key.partition("/")
+    prefix, _, k = head.partition("@")
     if prefix == "step":
         buckets = np.concatenate([d.fresh_bucket, d.matched_bucket])
+        hard = d.harder[np.concatenate([d.fresh_instance, d.matched_instance])]
     else:
-        buckets = d.post_bucket
+        buckets, hard = d.post_bucket, d.harder[d.post_instance]
+    j = int(k.rstrip("+"))
+    which = buckets >= j if k.endswith("+") else buckets == j
+    if cls:
+        which &= hard if cls == "hard" else ~hard
+    return int(which.sum())
+
+
+def bucket_keys(d: Design, prefix: str, cls: str = "") -> list[str]:
+    """Per turn bucket, the measure to read: the bucket's own (`step@k`, `post@k`; `/easy` or
+    `/hard` for one half of the instances), or, where it holds fewer than MIN_TRIALS replies,
+    the pool of the latest bucket j <= k from which on there are enough (`step@j+`), so a thin
+    late bucket borrows from its neighbours; a half too thin even then reads both halves."""
+    tail = f"/{cls}" if cls else ""
+    if cls and d.m * _states(d, f"{prefix}@0+{tail}") < MIN_TRIALS:
+        return bucket_keys(d, prefix)
     keys = []
     for k in range(len(TURN_BUCKETS)):
-        if d.m * int((buckets == k).sum()) >= MIN_TRIALS:
-            keys.append(f"{prefix}@{k}")
+        if d.m * _states(d, f"{prefix}@{k}{tail}") >= MIN_TRIALS:
+            keys.append(f"{prefix}@{k}{tail}")
             continue
-        enough = [j for j in range(k + 1) if d.m * int((buckets >= j).sum()) >= MIN_TRIALS]
-        keys.append(f"{prefix}@{max(enough or [0])}+")
+        enough = [j for j in range(k + 1) if d.m * _states(d, f"{prefix}@{j}+{tail}") >= MIN_TRIALS]
+        keys.append(f"{prefix}@{max(enough or [0])}+{tail}")
     return keys
 
 
 def bucket_gain(m: Measures, base: Measures, d: Design, key: str) -> float:
     """A run's single-step gain in log-odds on the fresh states of one bucket key (point)."""
-    bucket_of = np.concatenate([d.fresh_bucket, d.matched_bucket])
-    k = int(key.split("@")[1].rstrip("+"))
-    trials = d.m * max(int((bucket_of >= k if key.endswith("+") else bucket_of == k).sum()), 1)
+    trials = d.m * max(_states(d, key), 1)
     return float(_logit(m, key, trials)[0] - _logit(base, key, trials)[0])
 
 
@@ -394,15 +409,32 @@ def budget_rows(
 ) -> tuple[dict[str, BudgetRow], NullCheck]:
     """The null's check, then gap, null and the excess's growth for every arm (claim 1)."""
     t_fresh = _trials(d, np.ones(len(d.fresh_instance), bool))
-    fresh_keys = bucket_keys(d, "step")
-    post_keys = bucket_keys(d, "post") if len(d.post_bucket) else fresh_keys
+    # The null's base: per turn bucket, on the easier and the harder half of the instances,
+    # base's optimal rate in fresh and in post-error states (the harder half as an offset).
     repeat, after_error = repeat_rate(task, d, base)
-    post_rates = [float(base[k][0]) / (1 - repeat * after_error.get(k, 0.0)) for k in post_keys]
+    levels = {}
+    for cls in ("easy", "hard"):
+        fresh_keys = bucket_keys(d, "step", cls)
+        post_keys = bucket_keys(d, "post", cls) if len(d.post_bucket) else fresh_keys
+        post_rates = [
+            float(base[k][0]) / (1 - repeat * after_error.get(k.partition("/")[0], 0.0))
+            for k in post_keys
+        ]
+        levels[cls] = (
+            fresh_keys,
+            [simulate.logit(float(base[k][0])) for k in fresh_keys],
+            [simulate.logit(min(r, 0.999)) for r in post_rates],
+        )
+    seeds_harder = frozenset(s for s, h in zip(seeds, d.harder, strict=True) if h)
     model = simulate.SimPolicy(
         0.5,
         0.5,
-        turn_fresh=per_turn([simulate.logit(float(base[k][0])) for k in fresh_keys]),
-        turn_post=per_turn([simulate.logit(min(r, 0.999)) for r in post_rates]),
+        turn_fresh=per_turn(levels["easy"][1]),
+        turn_post=per_turn(levels["easy"][2]),
+        harder=seeds_harder,
+        turn_harder=per_turn(
+            [h - e for h, e in zip(levels["hard"][1], levels["easy"][1], strict=True)]
+        ),
         repeat=repeat,
     )
     real = np.array([base[f"pass1@{t}"][0] for t in d.ts])
@@ -429,11 +461,18 @@ def budget_rows(
     rows = {}
     for arm, runs in arms.items():
         gain_runs = [_logit(m, "step", t_fresh) - _logit(base, "step", t_fresh) for m in runs]
-        gains = [float(np.mean([bucket_gain(m, base, d, k) for m in runs])) for k in fresh_keys]
+        gains = {
+            cls: [float(np.mean([bucket_gain(m, base, d, k) for m in runs])) for k in keys]
+            for cls, (keys, _, _) in levels.items()
+        }
+        easy, hard = per_turn(gains["easy"]), per_turn(gains["hard"])
         shifted = dataclasses.replace(  # the calibrated base, sticky errors and all, plus gains
             model,
-            turn_fresh=tuple(a + g for a, g in zip(model.turn_fresh, per_turn(gains), strict=True)),
-            turn_post=tuple(a + g for a, g in zip(model.turn_post, per_turn(gains), strict=True)),
+            turn_fresh=tuple(a + g for a, g in zip(model.turn_fresh, easy, strict=True)),
+            turn_post=tuple(a + g for a, g in zip(model.turn_post, easy, strict=True)),
+            turn_harder=tuple(
+                a + h - e for a, h, e in zip(model.turn_harder, hard, easy, strict=True)
+            ),
         )
         arm_streams = _streams(task, seeds, shifted, d.ts)
         bumped = _streams(task, seeds, shifted.shift(BUMP), d.ts).mean(axis=0)
@@ -456,7 +495,10 @@ def budget_rows(
             null=dict(zip(d.ts, null.tolist(), strict=True)),
             excess={t: Estimate.of_runs(v, instances=d.instances) for t, v in excess_runs.items()},
             step_gain=Estimate.of_runs(gain_runs, instances=d.instances),
-            gain_by_turn=gains,
+            gain_by_turn=[
+                float(np.mean([bucket_gain(m, base, d, k) for m in runs]))
+                for k in bucket_keys(d, "step")
+            ],
             test=Test(
                 "budget dependence",
                 task,

@@ -9,16 +9,17 @@ instance of difficulty z (a fixed N(0, 1) draw per instance):
 
     logit(q_post if an error is behind it else q_fresh)      the two modes
       + turn_fresh[t] or turn_post[t]                        per-turn levels (the calibrated null)
+      + turn_harder[t] on the instances in `harder`          ... and the harder instances' own
       + spread * z                                            instances of unequal difficulty
       + early * [t = 1] + hard * [z < 0] + hurry * [left <= 2] + patient * [left >= 6]
       + rate * (1 - sigmoid(everything above))               more gain where the policy is weak
 
-Only the first two lines are the null's own model; the others are truths outside it, used to
-validate the verdict rules (minirl.study.validate): heterogeneous difficulty, gains front-loaded
-in the turn, gains on hard instances, gains that depend on the base rate, and budget-aware
-policies (`hurry` and `patient` read the budget they are shown). `repeat` makes errors
-non-uniform: after an error, the policy repeats it with that chance, as the `sticky` tiny base
-learned to.
+`repeat` makes errors non-uniform: after an error, the policy repeats it with that chance, as
+the `sticky` tiny base learned to. The first three lines and `repeat` are the null's own model;
+the others are truths outside it, used to validate the verdict rules (minirl.study.validate):
+difficulty that varies by instance in a way the null cannot see, gains front-loaded in the turn,
+gains on hard instances, gains that depend on the base rate, and budget-aware policies (`hurry`
+and `patient` read the budget they are shown).
 
 It serves twice:
 - **The budget-dependence null** (minirl.study.claims). The base is calibrated per turn from its
@@ -88,6 +89,8 @@ class SimPolicy:
     q_post: float
     turn_fresh: tuple[float, ...] = ()  # log-odds added at turn t (entry t - 1; the last repeats)
     turn_post: tuple[float, ...] = ()
+    harder: frozenset[int] = frozenset()  # instances (seeds) that get turn_harder added too
+    turn_harder: tuple[float, ...] = ()
     spread: float = 0.0
     early: float = 0.0
     hard: float = 0.0
@@ -109,11 +112,13 @@ class SimPolicy:
     def budget_aware(self) -> bool:
         return self.hurry != 0 or self.patient != 0
 
-    def q(self, turn: int, erred: bool, z: float, left: int) -> float:
+    def q(self, turn: int, erred: bool, z: float, left: int, seed: int = -1) -> float:
         """The chance of an optimal action at `turn` (1-based) with `left` turns left."""
         levels = self.turn_post if erred else self.turn_fresh
         x = logit(self.q_post if erred else self.q_fresh)
         x += levels[min(turn, len(levels)) - 1] if levels else 0.0
+        if self.turn_harder and seed in self.harder:
+            x += self.turn_harder[min(turn, len(self.turn_harder)) - 1]
         x += self.spread * z + self.early * (turn == 1) + self.hard * (z < 0)
         x += self.hurry * (left <= 2) + self.patient * (left >= 6)
         x += self.rate * (1 - sigmoid(x))
@@ -177,7 +182,7 @@ def play(
         elif episode.optimal and not episode.optimal[-1] and rng.random() < policy.repeat:
             action = episode.actions[-1]  # a sticky error: the action that just failed, again
         else:
-            q = policy.q(turn, episode.first_error is not None, z, budget - turn + 1)
+            q = policy.q(turn, episode.first_error is not None, z, budget - turn + 1, seed)
             action = rng.choice(best) if rng.random() < q or not others else rng.choice(others)
         step = env.step(action)
         episode.actions.append(action)
@@ -198,6 +203,7 @@ def play(
 class Context:
     """What a simulated policy's chance in a fixed state depends on (`context`)."""
 
+    seed: int
     turn: int
     erred: bool  # an error is behind the state
     z: float  # the instance's difficulty draw
@@ -216,6 +222,7 @@ def context(task: str, seed: int, start: Sequence[str], budget: int) -> Context:
         env.step(action)
     best = env.optimal_actions()
     return Context(
+        seed=seed,
         turn=len(start) + 1,
         erred=not all(optimal),
         z=difficulty(seed),
@@ -230,7 +237,7 @@ def chance(ctx: Context, policy: SimPolicy) -> float:
     """The exact chance that `policy` plays an optimal action next in the state of `ctx`."""
     if ctx.forced:
         return 1.0
-    q = policy.q(ctx.turn, ctx.erred, ctx.z, ctx.left)
+    q = policy.q(ctx.turn, ctx.erred, ctx.z, ctx.left, ctx.seed)
     if ctx.after_error:  # a sticky repeat is optimal only if the last action is optimal now
         return policy.repeat * ctx.again + (1 - policy.repeat) * q
     return q
