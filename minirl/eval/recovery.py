@@ -147,6 +147,16 @@ class RecoveryStates:
     matches: list[list[int]] = field(default_factory=list)  # per post state: into `matched`
 
 
+def pick(found: list[list[int]], count: int, rng: random.Random) -> list[int]:
+    """Up to `count` post-error candidates, drawn at random among those with a match first, then
+    (if too few have one) among the others, which enter the descriptive rates only."""
+    matched = [k for k, m in enumerate(found) if m]
+    alone = [k for k, m in enumerate(found) if not m]
+    picks = rng.sample(matched, min(count, len(matched)))
+    picks += rng.sample(alone, min(count - len(picks), len(alone)))
+    return sorted(picks)
+
+
 def recovery_states(
     episodes: list[Episode],
     count: int,
@@ -157,9 +167,9 @@ def recovery_states(
 ) -> RecoveryStates:
     """Up to `count` post-error states at positions 1..horizon, each with its fresh matches.
 
-    Candidates are every (episode, position) whose state exists (the episode went on), with at
-    least one fresh match; `count` of them are drawn with an RNG of their own, so the same
-    episodes and seed always give the same states.
+    Candidates are every (episode, position) whose state exists (the episode went on); `count`
+    of them are drawn (`pick`: those with a fresh match first) with an RNG of their own, so the
+    same episodes and seed always give the same states.
     """
     rng = random.Random(seed)
     pool = [(e, j) for e in episodes for j in range(e.turns_used) if error_free(e, j)]
@@ -176,8 +186,7 @@ def recovery_states(
     post_covariates = [covariates(s, task_text) for s in states]
     keys = [(s.seed, match_key(**c)) for s, c in zip(states, post_covariates, strict=True)]
     found = match(keys, fresh, per_state, hardness(episodes))
-    usable = [k for k, m in enumerate(found) if m]
-    picks = sorted(rng.sample(usable, min(count, len(usable))))
+    picks = pick(found, count, rng)
     chosen = sorted({i for k in picks for i in found[k]})
     index = {i: n for n, i in enumerate(chosen)}
     return RecoveryStates(

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 
 import tasks
 from minirl.eval.passkt import Cell
-from minirl.eval.recovery import match, match_key
+from minirl.eval.recovery import match, match_key, pick
 from minirl.eval.results import (
     Analysis,
     CheckpointResult,
@@ -345,8 +345,7 @@ def fixed_states(
             for s, r in zip(seeds, played, strict=True)
         },
     )
-    usable = [k for k, m in enumerate(found) if m]
-    picks = sorted(rng.sample(usable, min(post_states, len(usable))))
+    picks = pick(found, post_states, rng)
     chosen = sorted({i for k in picks for i in found[k]})
     index = {i: n for n, i in enumerate(chosen)}
 
