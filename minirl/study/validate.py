@@ -15,8 +15,10 @@ null's assumptions:
                   errors, as the `sticky` tiny base learned). Arms: single-step (+0.6, still
                   sticky); unstuck (repeats w.p. 0.1 only: it learned to recover).
   budget world    fixed-T4 hurried (+1.2 when <= 2 left), fixed-T12 patient (+1.2 while >= 6
-                  left): they specialise. BudgetMix either has both skills (robust), or is
-                  fixed-T12 (trails fixed-T4 at T = 4: the opposite); process = BudgetMix.
+                  left): they specialise. BudgetMix has both skills, so it leads at T = 8 and
+                  12 but equals fixed-T4 at T = 4, its worst budget (truth 0: equivalent);
+                  process = BudgetMix. In the trailing world BudgetMix is fixed-T12 and trails
+                  fixed-T4 at T = 4 (the opposite).
   flat world      fixed arms alike (+0.6 each) and BudgetMix too: nothing to be robust to.
 
 Each truth says what each rule should find: 0 (no effect), + or -, or "estimand" where the
@@ -136,7 +138,7 @@ TRUTHS: tuple[Truth, ...] = (
     Truth("deficit", "patient", "budget dependence", "+", "+1.0 while >= 6 turns are left"),
     Truth("deficit", "hurried", "budget dependence", "-", "+1.0 when <= 2 turns are left"),
     Truth("sticky", "single-step", "budget dependence", "0", "+0.6, repeats errors as base"),
-    Truth("budget", "budgetmix", "robustness", "+", "has both fixed arms' skills"),
+    Truth("budget", "budgetmix", "robustness", "0", "both skills: = fixed-T4 at T=4"),
     Truth("trailing", "budgetmix", "robustness", "-", "is fixed-T12: trails fixed-T4 at T=4"),
     Truth("flat", "budgetmix", "robustness", "untestable", "fixed arms alike"),
     Truth("budget", "process", "process supervision", "0", "the same policy as BudgetMix"),
