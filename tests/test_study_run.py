@@ -91,7 +91,7 @@ def test_toy_study_writes_every_section_and_plot_from_the_data(tmp_path, monkeyp
         # The base row of the budget table is the base grid of results.json, to 3 decimals.
         res = json.loads((out / task / "results.json").read_text())
         base = {c["t"]: c["mean"] for c in res["checkpoints"]["base"]["grid"] if c["k"] == 1}
-        section = report.split(f"### {task}")[1]
+        section = report.split("## 1. Budget dependence")[1].split(f"### {task}")[1]
         row = next(line for line in section.splitlines() if line.startswith("| base Pass@"))
         assert [float(x.split("±")[0]) for x in row.split("|")[2:-1]] == [
             round(base[t], 3) for t in (2, 4)
