@@ -22,7 +22,7 @@ from pathlib import Path
 
 from minirl.study.bootstrap import Estimate
 from minirl.study.claims import ALPHA, REPLICATES, TaskFindings, Test, adjust, analyse
-from minirl.study.power import plan
+from minirl.study.power import detectable, plan
 from minirl.study.run import StudyRecord, study_seeds
 from minirl.study.validate import HEADER, Rates, Sizes, table_rows, verdict_rates
 
@@ -225,12 +225,16 @@ def gate_section(found: dict[str, TaskFindings], control: dict[str, TaskFindings
         "",
     ]
     for task, f in found.items():
-        rows = [[arm, g.text(), f"{g.df:.0f}", f"{g.p:.3g}"] for arm, g in f.gate.gains.items()]
+        arms = max(len(f.gate.gains), 1)
+        rows = [
+            [arm, g.text(), f"{g.df:.0f}", f"{g.p:.3g}", fmt(detectable(g.se, arms, df=g.df))]
+            for arm, g in f.gate.gains.items()
+        ]
         moved = "RL moved the policy" if f.gate.moved else "RL did not move it: not testable"
         lines += [
             f"### {task}: {moved}",
             "",
-            *table(["arm", "single-step gain (log-odds)", "df", "p"], rows),
+            *table(["arm", "single-step gain (log-odds)", "df", "p", "detectable"], rows),
             "",
         ]
         bases = [("base", f)] + ([("control", control[task])] if task in control else [])
@@ -255,12 +259,14 @@ def gate_section(found: dict[str, TaskFindings], control: dict[str, TaskFindings
         ]
         lines += [*table(header, rows), ""]
         balance = f.deficit.balance
+        same = f.deficit.same_instance
+        share = "none" if math.isnan(same) else f"{same:.0%}"
         if balance:
             rows = [[k, *[fmt(v) for v in means.values()]] for k, means in balance.items()]
             lines += [
                 "Covariate means of the states (the matched fresh states weighted as the "
-                f"comparison weighs them; {f.deficit.same_instance:.0%} of the matches come "
-                "from the post-error state's own instance):",
+                f"comparison weighs them; {share} of the matches come from the post-error "
+                "state's own instance):",
                 "",
                 *table(["states", "turn", "distance", "optimal actions"], rows),
                 "",
