@@ -80,13 +80,11 @@ def run(cfg: Config) -> int:
     else:
         from minirl.trainer import train
 
+    from minirl.outputs import before_after
+
     result = train(cfg)
-    summary = result.summary
-    if "base" in summary and "trained" in summary:
-        print(f"held-out success on {cfg.task.task} (base -> trained):")
-        for budget, base in summary["base"].items():
-            trained = summary["trained"][budget]
-            print(f"  T={budget:>2}: {base['success']:.3f} -> {trained['success']:.3f}")
+    for line in before_after(result.summary, cfg.task.task):
+        print(line)
     print(f"metrics, checkpoints and summary.json in {result.output_dir}")
     return 0
 

@@ -86,12 +86,14 @@ def sample_budgets(
     return rng.choices(list(probs), weights=list(probs.values()), k=num_groups)
 
 
-def draw_groups(cfg: Config, rng: random.Random) -> list[tuple[int, int]]:
-    """One step's groups: (training instance seed, turn budget T) for each of tasks_per_step."""
+def draw_groups(cfg: Config, rng: random.Random, count: int | None = None) -> list[tuple[int, int]]:
+    """Groups to play: (training instance seed, turn budget T) for each of `count` (default
+    tasks_per_step, one step's worth; dynamic sampling draws its replacements here too)."""
     t, b = cfg.task, cfg.budget
-    seeds = [rng.choice(tasks.TRAIN_SEEDS) for _ in range(t.tasks_per_step)]
+    count = t.tasks_per_step if count is None else count
+    seeds = [rng.choice(tasks.TRAIN_SEEDS) for _ in range(count)]
     budgets = sample_budgets(
-        t.tasks_per_step,
+        count,
         mode=b.mode,
         budget=b.budget,
         budget_min=b.budget_min,
@@ -100,3 +102,34 @@ def draw_groups(cfg: Config, rng: random.Random) -> list[tuple[int, int]]:
         rng=rng,
     )
     return list(zip(seeds, budgets, strict=True))
+
+
+def tally_budgets(
+    tally: dict | None, drawn: list[int], trained: list[int]
+) -> dict[str, dict[str, int] | float]:
+    """Add one step's group budgets to a run's histograms of budgets drawn and trained on.
+
+    Returns ``{"drawn": {T: groups}, "trained": {T: groups}, "total_variation": d}`` (T as a
+    string, as JSON keeps it), where d = 1/2 sum_T |P_drawn(T) - P_trained(T)| is how far the
+    budgets trained on drift from the drawn distribution (0 without dynamic sampling).
+    """
+    tally = tally or {"drawn": {}, "trained": {}}
+    counts = {"drawn": dict(tally["drawn"]), "trained": dict(tally["trained"])}
+    for name, budgets in (("drawn", drawn), ("trained", trained)):
+        for budget in budgets:
+            counts[name][str(budget)] = counts[name].get(str(budget), 0) + 1
+    totals = {name: sum(c.values()) for name, c in counts.items()}
+    keys = set(counts["drawn"]) | set(counts["trained"])
+    distance = (
+        0.5
+        * sum(
+            abs(
+                counts["drawn"].get(k, 0) / totals["drawn"]
+                - counts["trained"].get(k, 0) / totals["trained"]
+            )
+            for k in keys
+        )
+        if totals["drawn"] and totals["trained"]
+        else 0.0
+    )
+    return {**counts, "total_variation": distance}

@@ -66,11 +66,24 @@ def _encode(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
+def encode_texts(tokenizer: PreTrainedTokenizerBase, texts: list[str]) -> list[list[int]]:
+    """Token ids of several texts in one call (the tokenizer's batch path: one call per turn)."""
+    if not texts:
+        return []
+    return [list(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+
+
 def eos_id(tokenizer: PreTrainedTokenizerBase) -> int:
     """The token that ends an assistant reply (ChatML's <|im_end|> for chat tokenizers)."""
     if tokenizer.eos_token_id is None:
         raise ValueError("the tokenizer has no eos token; a chat model needs one to end replies")
     return int(tokenizer.eos_token_id)
+
+
+def prompt_text(tokenizer: PreTrainedTokenizerBase, system: str, observation: str) -> str:
+    """The system message and first observation, ending with the generation prompt."""
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": observation}]
+    return _render(tokenizer, messages, generation_prompt=True)
 
 
 def prompt_ids(
@@ -81,20 +94,11 @@ def prompt_ids(
     `reply_prefix` is written after the generation prompt, as the start of the assistant's reply
     (the natural text's "Action:"): the model continues it, and it is never trained on.
     """
-    messages = [{"role": "system", "content": system}, {"role": "user", "content": observation}]
-    text = _render(tokenizer, messages, generation_prompt=True)
-    return _encode(tokenizer, text + reply_prefix)
+    return _encode(tokenizer, prompt_text(tokenizer, system, observation) + reply_prefix)
 
 
-def turn_suffix_ids(
-    tokenizer: PreTrainedTokenizerBase, observation: str, reply_prefix: str = ""
-) -> list[int]:
-    """Template tokens that follow a reply's eos: close it, add a user turn, reopen the assistant.
-
-    Rendered as the text after "<placeholder><eos>" in a two-turn conversation, so whatever the
-    template puts between turns (ChatML: "\\n<|im_start|>user\\n...<|im_end|>\\n<|im_start|>
-    assistant\\n") is taken from the template itself rather than hard-coded here.
-    """
+def _suffix_by_template(tokenizer: PreTrainedTokenizerBase, observation: str) -> str:
+    """The template's text after "<placeholder><eos>" in a two-turn conversation."""
     messages = [
         {"role": "system", "content": "s"},
         {"role": "user", "content": "u"},
@@ -109,7 +113,54 @@ def turn_suffix_ids(
             "the chat template does not end assistant messages with the eos token; "
             "minirl needs a ChatML-style template (e.g. Qwen, SmolLM2, or the tiny model's)"
         )
-    return _encode(tokenizer, text[cut + len(marker) :] + reply_prefix)
+    return text[cut + len(marker) :]
+
+
+# Per tokenizer (by id, with the tokenizer kept alive beside it): the turn suffix's text before
+# and after the observation, or None when the template does not render the observation verbatim.
+_SUFFIX_FRAMES: dict[int, tuple[PreTrainedTokenizerBase, tuple[str, str] | None]] = {}
+
+
+def _suffix_frame(tokenizer: PreTrainedTokenizerBase) -> tuple[str, str] | None:
+    """Render the template once around a marker, and check the split on a real observation.
+
+    Rendering the Jinja chat template costs about a millisecond, once per episode and turn; the
+    observation is all that changes, so the text around it is rendered once per tokenizer. A
+    template that changes the content (strips or rewrites it) fails the check and keeps the
+    full rendering every turn.
+    """
+    cached = _SUFFIX_FRAMES.get(id(tokenizer))
+    if cached is not None and cached[0] is tokenizer:
+        return cached[1]
+    marker = "minirlobservation"
+    before, found, after = _suffix_by_template(tokenizer, marker).partition(marker)
+    frame = (before, after) if found and marker not in after else None
+    probe = "pos 1 2\nturns left: 3 . Higher: the number is between 4 and 9."
+    if frame is not None and before + probe + after != _suffix_by_template(tokenizer, probe):
+        frame = None
+    _SUFFIX_FRAMES[id(tokenizer)] = (tokenizer, frame)
+    return frame
+
+
+def turn_suffix_text(
+    tokenizer: PreTrainedTokenizerBase, observation: str, reply_prefix: str = ""
+) -> str:
+    """The template text that follows a reply's eos: close it, a user turn, the assistant again.
+
+    Taken from the chat template itself (ChatML: "\\n<|im_start|>user\\n...<|im_end|>\\n
+    <|im_start|>assistant\\n") rather than hard-coded here, then `reply_prefix`.
+    """
+    frame = _suffix_frame(tokenizer)
+    if frame is None:
+        return _suffix_by_template(tokenizer, observation) + reply_prefix
+    return frame[0] + observation + frame[1] + reply_prefix
+
+
+def turn_suffix_ids(
+    tokenizer: PreTrainedTokenizerBase, observation: str, reply_prefix: str = ""
+) -> list[int]:
+    """Token ids of `turn_suffix_text`: the template tokens between one reply and the next."""
+    return _encode(tokenizer, turn_suffix_text(tokenizer, observation, reply_prefix))
 
 
 def reply_ids(tokenizer: PreTrainedTokenizerBase, reply: str) -> list[int]:

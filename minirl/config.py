@@ -62,6 +62,14 @@ class ModelArgs:
     quant: Literal["nf4", "none"] = HfArg(
         default="nf4", help="Base weights: 'nf4' = 4-bit NF4 via bitsandbytes; 'none' = fp32."
     )
+    dtype: Literal["auto", "bfloat16", "float32"] = HfArg(
+        default="auto",
+        help="The dtype of the base model's matmuls (TRL ModelConfig.dtype): with --quant nf4 "
+        "the 4-bit weights' compute dtype, with --quant none the weights' own. 'auto': "
+        "bfloat16 on a GPU; on a CPU, bfloat16 for a pretrained chat model where the CPU has "
+        "native bf16 matmuls (AVX512-BF16 or AMX), else float32, and float32 for tiny "
+        "(minirl.models.resolve_dtype says what was measured).",
+    )
     lora_r: Count = HfArg(default=16, help="LoRA rank (TRL ModelConfig.lora_r).")
     lora_alpha: Annotated[int, Range(ge=1, why="0 would scale the adapters to nothing")] = HfArg(
         default=32, help="LoRA scaling alpha (TRL ModelConfig.lora_alpha)."
@@ -104,10 +112,32 @@ class GRPOArgs:
         default="group", help="Divide centred rewards by the group std, the batch std, or nothing."
     )
     temperature: Positive = HfArg(default=1.0, help="Sampling temperature of rollouts.")
+    dynamic_sampling: bool = HfArg(
+        default=False,
+        help="DAPO's dynamic sampling: a group whose rewards all tie (zero advantage) is dropped "
+        "and newly drawn groups (each with its own instance and budget) replace it, until "
+        "tasks_per_step informative groups are found or --max_num_gen_batches is reached "
+        "(minirl.groups). Costs extra rollouts; logs frac_reward_zero_std, extra_rollouts_frac "
+        "and the budgets drawn against those trained on.",
+    )
+    max_num_gen_batches: Annotated[int, Range(ge=1)] = HfArg(
+        default=3,
+        help="With --dynamic_sampling: a step plays at most this many times tasks_per_step "
+        "groups (verl's name); 1 plays no replacement.",
+    )
+    rollout_engine: Literal["auto", "dense", "generate"] = HfArg(
+        default="auto",
+        help="What samples the rollouts: 'dense', a copy of the policy made once per step with "
+        "the LoRA merged and NF4 dequantized, and a decode loop with a preallocated KV cache "
+        "(minirl.engine); 'generate', transformers' generate on the training model itself "
+        "(minirl.hf_generate, the reference). 'auto': dense for the Llama and Qwen2 families, "
+        "which it supports, else generate.",
+    )
     reuse_kv_cache: bool = HfArg(
         default=True,
-        help="Keep the KV cache across turns, so a rollout of T turns costs O(T); false "
-        "re-encodes the whole history every turn, O(T^2) (minirl.rollout).",
+        help="With --rollout_engine generate: keep the KV cache across turns, so a rollout of T "
+        "turns costs O(T); false re-encodes the whole history every turn, O(T^2). The dense "
+        "engine always keeps it.",
     )
     per_device_train_batch_size: Count = HfArg(
         default=16,
@@ -270,6 +300,11 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"--budget_min ({b.budget_min}) must be <= --budget_max ({b.budget_max})")
     if g.resume and g.overwrite_output_dir:
         raise ConfigError("--resume and --overwrite_output_dir conflict")
+    if g.backend == "trl" and g.dynamic_sampling:
+        raise ConfigError(
+            "--dynamic_sampling replaces tied groups inside minirl's step; TRL's GRPOTrainer "
+            "draws its own prompts, so --backend trl cannot express it: use --backend minirl"
+        )
     if g.backend == "trl" and t.reward_mode == "process":
         raise ConfigError(
             "--reward_mode process needs per-turn advantages, which --backend trl cannot express "
@@ -301,6 +336,10 @@ class EvalArgs:
     task: str = HfArg(default="gridnav", help="Environment (see tasks/).")
     model: str = HfArg(default="tiny", help="Base model the adapters were trained on.")
     quant: Literal["nf4", "none"] = HfArg(default="nf4", help="Base weights: 4-bit NF4 or fp32.")
+    dtype: Literal["auto", "bfloat16", "float32"] = HfArg(
+        default="auto",
+        help="The dtype of the base model's matmuls, as train.py's --dtype (minirl.models).",
+    )
     k: str = HfArg(default="1,2,4,8", help="Sampling breadths K, e.g. '1,2,4,8'.")
     t: str = HfArg(default="1-8", help="Turn budgets T: a list '2,4,8', a range '1-8', or both.")
     n: Count = HfArg(default=8, help="Episodes per instance and budget (n >= max K).")
@@ -349,6 +388,12 @@ class EvalArgs:
         default=2, help="Sampled replies per fixed state (fresh or post-error) and checkpoint."
     )
     batch_size: Count = HfArg(default=512, help="Episodes per batched rollout.")
+    rollout_engine: Literal["auto", "dense", "generate"] = HfArg(
+        default="auto",
+        help="What samples the episodes: 'dense', a copy of each checkpoint with its LoRA merged "
+        "(minirl.engine), or 'generate' (transformers' generate, the reference); 'auto' is dense "
+        "for the Llama and Qwen2 families.",
+    )
     bootstrap: Annotated[int, Range(ge=0)] = HfArg(
         default=1000, help="Bootstrap resamples for the intervals (0 = off)."
     )
@@ -509,6 +554,15 @@ class BenchArgs:
         default=3, help="Timed training steps per backend, after one untimed warm-up (0 = skip)."
     )
     backends: str = HfArg(default="minirl,trl", help="Training backends to time and measure.")
+    engine_models: str = HfArg(
+        default="tiny,smollm2",
+        help="Models of the engine part: training steps with the dense sampling engine against "
+        "the generate path (tiny: the default step on --task; smollm2 or a path: a small guess "
+        "step); '' skips it.",
+    )
+    engine_steps: Annotated[int, Range(ge=0)] = HfArg(
+        default=3, help="Timed steps per path and model in the engine part (0 = skip)."
+    )
     memory_model: str = HfArg(
         default="smollm2",
         help="Base model of the memory part: peak memory of one training step against episodes "
@@ -563,3 +617,19 @@ class CurvesArgs:
     """python -m minirl.curves RUN_DIR: training curves from RUN_DIR/metrics.jsonl."""
 
     output: str = HfArg(default="", help="Where to write the PNG; default RUN_DIR/curves.png.")
+
+
+@dataclass
+class OpenLoopArgs:
+    """python -m minirl.eval.openloop: the best feedback-blind success per task and budget T."""
+
+    task: Literal["gridnav", "icy", "sokoban", "guess", "hilo", "fog", "house"] = HfArg(
+        default="gridnav", help="Environment (see tasks/)."
+    )
+    budgets: str = HfArg(default="4,8,12", help="Turn budgets T: '4,8,12', '1-8' or '1-4,8'.")
+    seeds: Count = HfArg(default=100, help="Training instances the search chooses a sequence on.")
+    width: Annotated[int, Range(ge=0)] = HfArg(
+        default=0, help="Sequences the beam search keeps per depth (0: the task's default)."
+    )
+    held_out: HeldOut = HfArg(default=1000, help="Held-out instances the sequence is measured on.")
+    no_cache: bool = HfArg(default=False, help="Compute (and time) afresh; the cache is untouched.")

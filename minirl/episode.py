@@ -64,7 +64,6 @@ class Episode:
     turn_index: list[int] = field(default_factory=list)  # turn of each assistant token, else -1
     turns: list[Turn] = field(default_factory=list)
     success: bool = False
-    reward: float = 0.0  # the environment's reward summed over the turns (rewards.py trains on)
     truncated_replies: int = 0  # replies cut by max_new_tokens before their eos
     start_turn: int = 0  # turns played before this episode's spec started it (its `replies`)
     task_text: str = "compact"  # the task's text (tasks.TEXTS); replaying the replies needs it
@@ -73,11 +72,21 @@ class Episode:
     def turns_used(self) -> int:
         return len(self.turns)
 
-    def extend(self, ids: list[int], mask: int, turn: int, logprobs: list[float] | None = None):
+    def add_context(self, ids: list[int]) -> None:
+        """Append tokens the model reads but did not sample (prompt, observations): no loss."""
         self.input_ids += ids
-        self.loss_mask += [mask] * len(ids)
-        self.turn_index += [turn if mask else -1] * len(ids)
-        self.logprobs += logprobs if logprobs is not None else [0.0] * len(ids)
+        self.loss_mask += [0] * len(ids)
+        self.turn_index += [-1] * len(ids)
+        self.logprobs += [0.0] * len(ids)
+
+    def add_reply(self, ids: list[int], turn: int, logprobs: list[float]) -> None:
+        """Append a sampled reply of turn `turn` with its sampling log-probs: these carry loss."""
+        if len(logprobs) != len(ids):
+            raise ValueError(f"{len(ids)} reply tokens but {len(logprobs)} log-probs")
+        self.input_ids += ids
+        self.loss_mask += [1] * len(ids)
+        self.turn_index += [turn] * len(ids)
+        self.logprobs += logprobs
 
 
 def turn_rates(episodes: list[Episode]) -> dict[str, float]:

@@ -114,28 +114,66 @@ def load_tokenizer(path: str) -> PreTrainedTokenizerBase:
     return tokenizer
 
 
-def load_kwargs(quant: str, device: torch.device) -> dict:
-    """The `from_pretrained` arguments for a base in `quant` on `device`."""
+DTYPE_CHOICES = ("auto", "bfloat16", "float32")
+
+
+def cpu_has_fast_bf16() -> bool:
+    """True when this CPU multiplies bf16 natively (AVX512-BF16 or AMX): 4-5x fp32's matmul rate
+    here, measured on an AVX512-BF16 EPYC. torch exposes the check only privately, hence getattr."""
+    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(bool(getattr(torch.cpu, check, lambda: False)()) for check in checks)
+
+
+def resolve_dtype(choice: str, device: torch.device, chat_model: bool) -> torch.dtype:
+    """`--dtype auto` made concrete: the dtype the base model's matmuls run in.
+
+    bf16 on a GPU (QLoRA's choice). On a CPU, bf16 for a pretrained chat model when the CPU has
+    native bf16 matmuls: its step is matmul-bound, and bf16 runs them 4-5x faster; float32
+    otherwise, and always for `tiny`, whose step is bound by per-call overhead, where bf16
+    measured no faster and only loosened the match of sampling and training log-probs.
+    """
+    if choice not in DTYPE_CHOICES:
+        raise ModelLoadError(f"--dtype {choice!r}: valid choices are {', '.join(DTYPE_CHOICES)}")
+    if choice != "auto":
+        return getattr(torch, choice)
+    if device.type == "cuda":
+        return torch.bfloat16
+    return torch.bfloat16 if chat_model and cpu_has_fast_bf16() else torch.float32
+
+
+def load_kwargs(quant: str, device: torch.device, dtype: torch.dtype | None = None) -> dict:
+    """The `from_pretrained` arguments for a base in `quant` on `device`, computing in `dtype`
+    (default: bf16 on a GPU, float32 on a CPU).
+
+    NF4 keeps its weights in 4 bits and `dtype` is the dtype of its matmuls (the other weights
+    stay float32, prepare_model_for_kbit_training's choice); `quant="none"` loads the weights
+    themselves in `dtype`.
+    """
+    dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
     if quant == "none":
-        return {"dtype": torch.float32}
+        return {"dtype": dtype}
     config = BitsAndBytesConfig(
         load_in_4bit=True,
         bnb_4bit_quant_type="nf4",
-        # bf16 matmuls on GPUs; the CPU kernels are fastest (and exact enough) in fp32.
-        bnb_4bit_compute_dtype=torch.bfloat16 if device.type == "cuda" else torch.float32,
+        bnb_4bit_compute_dtype=dtype,
     )
     return {"quantization_config": config, "device_map": {"": device}}
 
 
-def load_base(path: str, quant: str = "nf4", device: torch.device | None = None) -> PreTrainedModel:
-    """The frozen base model, 4-bit NF4 (default) or full precision."""
+def load_base(
+    path: str,
+    quant: str = "nf4",
+    device: torch.device | None = None,
+    dtype: torch.dtype | None = None,
+) -> PreTrainedModel:
+    """The frozen base model, 4-bit NF4 (default) or full precision, computing in `dtype`."""
     if quant not in QUANT_CHOICES:
         raise ModelLoadError(f"--quant {quant!r}: valid choices are {', '.join(QUANT_CHOICES)}")
     device = device or default_device()
     hf_logging.disable_progress_bar()
     try:
         with quiet_hub():
-            model = AutoModelForCausalLM.from_pretrained(path, **load_kwargs(quant, device))
+            model = AutoModelForCausalLM.from_pretrained(path, **load_kwargs(quant, device, dtype))
     except (OSError, ValueError, KeyError) as err:  # unreachable, or not a causal LM's files
         raise hub_error(path, err) from err
     finally:
@@ -185,6 +223,7 @@ def load_policy(
     device: torch.device | None = None,
     task: str = "gridnav",
     gradient_checkpointing: bool | None = False,
+    dtype: str = "auto",
 ) -> tuple[PeftModel, PreTrainedTokenizerBase]:
     """Base (+4-bit) + LoRA, ready to train. `adapter` loads a saved peft adapter directory.
 
@@ -193,13 +232,16 @@ def load_policy(
     the rest there: about a third more compute for the training forward, and activations that
     shrink from ~14 vectors per token and layer to 1 (see minirl.tools.gpu_memory). It acts only
     in train mode, so generation (eval mode) keeps its KV cache. None (train.py's default) turns it
-    on for a pretrained chat model and off for the word-level `tiny`.
+    on for a pretrained chat model and off for the word-level `tiny`. `dtype` is the matmuls'
+    (`resolve_dtype`).
     """
     path = resolve_model_path(name, task)
     tokenizer = load_tokenizer(path)
+    chat_model = not word_level(tokenizer)
     if gradient_checkpointing is None:  # --gradient_checkpointing unset: on for a chat model
-        gradient_checkpointing = not word_level(tokenizer)
-    base = load_base(path, quant, device)
+        gradient_checkpointing = chat_model
+    device = device or default_device()
+    base = load_base(path, quant, device, resolve_dtype(dtype, device, chat_model))
     # Non-reentrant checkpointing: gradients reach the LoRA weights without the reentrant
     # variant's workaround (inputs that require grad), and it composes with no_grad passes.
     checkpointing = {"use_reentrant": False}

@@ -17,7 +17,10 @@ need the model and would sample new episodes, not the ones the run's numbers cam
      "episodes": {"base": [{"seed": 1000000, "budget": 4, "optimal_length": 3, "success": true,
                             "turns": [{"reply": "up", "valid": true, "mistake": false, ...}]},
                            ...],
-                  "trained": [...]}}
+                  "trained": [...]},
+     "stats": {"base": {"4": {"success": 0.2, "feedback_use": 0.07, "feedback_use_sd": 0.02},
+                          ...}, "trained": ...},
+     "open_loop": {"4": {"success": 0.079, "stderr": 0.009, "sequence": ["up", ...], ...}}}
 """
 
 from __future__ import annotations
@@ -53,13 +56,17 @@ def add_samples(
     budget_visible: bool,
     per_instance: int = 1,
     instances: int = SAMPLE_INSTANCES,
+    stats: dict[str, dict] | None = None,
+    open_loop: dict[str, dict] | None = None,
 ) -> Path:
     """Add (or replace) `policy`'s sample in the file at `path`, creating it if needed.
 
     `episodes_by_t[t]` is instance-major with `per_instance` episodes each (as
     minirl.eval.sampler.sweep returns them); the first episode of each of the first `instances`
     instances is kept. The file is written to a temporary name and renamed, so a crash never
-    leaves half a file.
+    leaves half a file. `stats` ({"T": {"success", "feedback_use", "feedback_use_sd"}}, over all
+    of the evaluation's episodes, not only the kept ones) and `open_loop` (the yardstick by "T",
+    minirl.eval.openloop) are kept beside the episodes for the viewer's headline.
     """
     path = Path(path)
     data = load_samples(path) if path.exists() else {}
@@ -71,6 +78,10 @@ def add_samples(
         for t in sorted(episodes_by_t)
         for e in episodes_by_t[t][::per_instance][:instances]
     ]
+    if stats is not None:
+        data.setdefault("stats", {})[policy] = stats
+    if open_loop is not None:
+        data["open_loop"] = open_loop
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=1))
     os.replace(tmp, path)

@@ -37,7 +37,7 @@ from transformers import PreTrainedTokenizerBase
 
 from minirl import grpo
 from minirl.batch import bucketed_logps, to_batch
-from minirl.budgets import draw_groups
+from minirl.budgets import tally_budgets
 from minirl.chat import resolve_task_text
 from minirl.checkpoint import (
     TrainerState,
@@ -51,14 +51,13 @@ from minirl.checkpoint import (
     save_checkpoint,
 )
 from minirl.config import Config, validate
-from minirl.episode import EpisodeSpec, episode_stats
+from minirl.episode import episode_stats
+from minirl.groups import play_groups
 from minirl.models import load_policy, reference_policy, trainable_parameters
-from minirl.outputs import evaluate_policy, finish_run
+from minirl.outputs import evaluate_policy, finish_run, open_loop
 from minirl.progress import progress_bar
-from minirl.rewards import invalid_penalty_for, outcome_rewards, progress_rewards
-from minirl.rollout import rollout_in_chunks
 from minirl.trackers import tracking
-from minirl.update import accumulate_gradients
+from minirl.update import Update, update
 
 
 def train(cfg: Config, progress: bool = True) -> TrainResult:
@@ -78,6 +77,7 @@ def train(cfg: Config, progress: bool = True) -> TrainResult:
         cfg.model.lora_dropout,
         task=cfg.task.task,
         gradient_checkpointing=cfg.grpo.gradient_checkpointing,
+        dtype=cfg.model.dtype,
     )
     optimizer = torch.optim.AdamW(
         trainable_parameters(model), lr=cfg.grpo.learning_rate, weight_decay=0.0
@@ -113,10 +113,14 @@ def train(cfg: Config, progress: bool = True) -> TrainResult:
     )
     with progress_bar(disable=not progress) as bar, trackers_open as trackers:
         if cfg.grpo.eval_seeds and "base" not in summary:
+            summary["open_loop"] = open_loop(cfg)  # what ignoring every observation wins
             summary["base"] = evaluate_policy(model, tokenizer, cfg, out, "base", trackers, 0)
         job = bar.add_task("train", total=cfg.grpo.max_steps, completed=start_step, metrics="")
         for step in range(start_step, cfg.grpo.max_steps):
             m = train_step(model, tokenizer, optimizer, cfg, rng, step)
+            summary["budgets"] = tally_budgets(
+                summary.get("budgets"), m["budgets_drawn"], m["budgets_trained"]
+            )
             history.append(m)
             with metrics_path.open("a") as f:
                 f.write(json.dumps(m) + "\n")
@@ -155,100 +159,71 @@ def train_step(
     rng: random.Random,
     step: int,
 ) -> dict:
-    """One GRPO step; returns its metrics."""
+    """One GRPO step: play, score, update, report. Returns its metrics."""
     g, b, t = cfg.grpo, cfg.budget, cfg.task
-    text = resolve_task_text(t.task_text, tokenizer)  # compact for tiny, natural for a chat model
     start = time.perf_counter()
-    # 1. This step's groups: G episodes of each drawn instance, all at the instance's budget T.
-    specs = [
-        EpisodeSpec(t.task, seed, budget, group)
-        for group, (seed, budget) in enumerate(draw_groups(cfg, rng))
-        for _ in range(g.num_generations)
-    ]
-    # 2. Play them together: one batched generate per turn, generation_batch_size episodes at a
-    #    time (all of them when unset), so the rollout's KV cache need not grow with the step.
-    episodes = rollout_in_chunks(
-        model,
-        tokenizer,
-        specs,
-        g.generation_batch_size,
-        max_new_tokens=t.max_new_tokens,
-        temperature=g.temperature,
-        budget_visible=b.budget_visible,
-        task_text=text,
-        reuse_cache=g.reuse_kv_cache,
-    )
+    # 1. Play this step's groups: G episodes of each drawn instance at its budget T, all in one
+    #    batched rollout on a sampling copy of the policy; with dynamic_sampling, groups whose
+    #    rewards tie are replaced by new draws (minirl.groups).
+    played = play_groups(model, tokenizer, cfg, rng)
     rollout_seconds = time.perf_counter() - start
 
-    # 3. Rewards, then advantages on every assistant token (0 on observations and padding).
-    device = next(model.parameters()).device
-    batch = to_batch(episodes, tokenizer.pad_token_id, device)
-    rewards = outcome_rewards(episodes, invalid_penalty_for(t.invalid_penalty, text))
-    process = t.reward_mode == "process"
-    advantages, zero_std = grpo.token_advantages(
-        rewards,
-        batch.loss_mask,
-        g.num_generations,
-        g.scale_rewards,
-        turn_rewards=[progress_rewards(e) for e in episodes] if process else None,
-        turn_index=batch.turn_index,
-    )
-    ref_logps = None
-    if g.beta > 0:  # the KL reference: the same model with its adapters switched off
-        with reference_policy(model):
-            ref_logps = bucketed_logps(model, batch, g.temperature, g.per_device_train_batch_size)
-
-    # 4. The update: num_iterations epochs of the clipped surrogate over the same episodes, each
-    #    one optimizer step on gradients accumulated micro-batch by micro-batch (minirl.update).
-    model.train()
-    losses, stats, entropy, grad_norm, skipped, pad_frac = [], {}, 0.0, 0.0, 0, 0.0
-    for _ in range(g.num_iterations):
-        optimizer.zero_grad(set_to_none=True)
-        grad = accumulate_gradients(
-            model,
-            batch,
-            advantages,
-            temperature=g.temperature,
-            micro_batch_size=g.per_device_train_batch_size,
-            ref_logps=ref_logps,
-            epsilon=g.epsilon,
-            epsilon_high=g.epsilon_high,
-            beta=g.beta,
-            loss_type=g.loss_type,
-            # dr_grpo's constant: the most assistant tokens any episode of this run can have.
-            max_completion_length=t.max_new_tokens
-            * (b.budget if b.mode == "fixed" else b.budget_max),
+    updates: list[Update] = []
+    if played.trained:  # empty only when dynamic sampling found no group with a signal
+        # 2. Score: advantages on every assistant token (0 on observations and padding).
+        batch = to_batch(played.episodes, tokenizer.pad_token_id, next(model.parameters()).device)
+        advantages, _ = grpo.token_advantages(
+            played.rewards,
+            batch.loss_mask,
+            g.num_generations,
+            g.scale_rewards,
+            turn_rewards=played.turn_rewards,
+            turn_index=batch.turn_index,
         )
-        entropy, pad_frac = grad.entropy, grad.padding_fraction
-        if not grad.finite:
-            warnings.warn(f"step {step}: non-finite loss; update skipped", stacklevel=1)
-            optimizer.zero_grad(set_to_none=True)
-            skipped += 1
-            continue
-        stats = grad.stats
-        norm = torch.nn.utils.clip_grad_norm_(trainable_parameters(model), g.max_grad_norm)
-        if not torch.isfinite(norm):
-            warnings.warn(f"step {step}: non-finite gradient; update skipped", stacklevel=1)
-            optimizer.zero_grad(set_to_none=True)
-            skipped += 1
-            continue
-        optimizer.step()
-        losses.append(grad.loss)
-        grad_norm = float(norm)
-    model.eval()
+        ref_logps = None
+        if g.beta > 0:  # the KL reference: the same model with its adapters switched off
+            with reference_policy(model):
+                ref_logps = bucketed_logps(
+                    model, batch, g.temperature, g.per_device_train_batch_size
+                )
 
+        # 3. Update: num_iterations epochs of the clipped surrogate over the same episodes, each
+        #    one optimizer step on gradients accumulated micro-batch by micro-batch.
+        model.train()
+        longest = t.max_new_tokens * (b.budget if b.mode == "fixed" else b.budget_max)
+        for _ in range(g.num_iterations):
+            updates.append(
+                update(
+                    model,
+                    optimizer,
+                    batch,
+                    advantages,
+                    g,
+                    max_completion_length=longest,  # dr_grpo's constant
+                    ref_logps=ref_logps,
+                )
+            )
+        model.eval()
+
+    # 4. Report: the policy's play over every drawn group, and what the updates did.
+    skipped = [u.skipped for u in updates if u.skipped] or ([] if updates else ["every group tied"])
+    for why in skipped:
+        warnings.warn(f"step {step}: {why}; update skipped", stacklevel=1)
+    taken = [u for u in updates if not u.skipped]
+    drawn = [e for group in played.drawn for e in group.episodes]
+    rewards = [r for group in played.drawn for r in group.rewards]
     return {
         "step": step + 1,
         "reward": sum(rewards) / len(rewards),
-        **episode_stats(episodes),
-        "loss": sum(losses) / len(losses) if losses else float("nan"),
-        "kl": stats.get("kl", 0.0),
-        "clip_ratio": stats.get("clip_ratio", 0.0),
-        "entropy": entropy,
-        "grad_norm": grad_norm,
-        "zero_std_frac": zero_std,
-        "skipped_updates": skipped,
-        "padding_fraction": pad_frac,
+        **episode_stats(drawn),
+        **played.metrics(),
+        "loss": sum(u.gradient.loss for u in taken) / len(taken) if taken else float("nan"),
+        "kl": taken[-1].gradient.stats.get("kl", 0.0) if taken else 0.0,
+        "clip_ratio": taken[-1].gradient.stats.get("clip_ratio", 0.0) if taken else 0.0,
+        "entropy": updates[-1].gradient.entropy if updates else float("nan"),
+        "grad_norm": taken[-1].grad_norm if taken else 0.0,
+        "skipped_updates": len(skipped),
+        "padding_fraction": updates[-1].gradient.padding_fraction if updates else 0.0,
         "rollout_seconds": rollout_seconds,
         "seconds": time.perf_counter() - start,
     }

@@ -57,7 +57,7 @@ from minirl.config import Config, validate
 from minirl.episode import Episode, EpisodeSpec
 from minirl.errors import ConfigError
 from minirl.models import load_policy
-from minirl.outputs import evaluate_policy, finish_run
+from minirl.outputs import evaluate_policy, finish_run, open_loop
 from minirl.rewards import invalid_penalty_for, outcome_rewards
 from minirl.rollout import rollout_in_chunks
 from minirl.trackers import PROJECT, Trackers, environment, tracking
@@ -185,6 +185,7 @@ def make_rollout_func(
                 tokenizer,
                 specs,
                 cfg.grpo.generation_batch_size,
+                engine=cfg.grpo.rollout_engine,
                 max_new_tokens=cfg.task.max_new_tokens,
                 temperature=cfg.grpo.temperature,
                 budget_visible=cfg.budget.budget_visible,
@@ -372,6 +373,7 @@ def train_trl(cfg: Config, progress: bool = True) -> TrainResult:
         device=state.device,
         task=cfg.task.task,
         gradient_checkpointing=cfg.grpo.gradient_checkpointing,
+        dtype=cfg.model.dtype,
     )
     metrics_path, summary_path = out / "metrics.jsonl", out / "summary.json"
     summary: dict = {
@@ -396,6 +398,7 @@ def train_trl(cfg: Config, progress: bool = True) -> TrainResult:
             metrics_path.write_text("")
             (out / "episodes.json").unlink(missing_ok=True)
             if cfg.grpo.eval_seeds:  # no tracker is open yet: it is logged after training
+                summary["open_loop"] = open_loop(cfg)  # what ignoring every observation wins
                 summary["base"] = evaluate_policy(model, tokenizer, cfg, out, "base", Trackers(), 0)
             summary_path.write_text(json.dumps(summary, indent=1))
     state.wait_for_everyone()

@@ -1,4 +1,4 @@
-"""The update's gradient: forward, loss and backward one micro-batch at a time.
+"""The update: forward, loss and backward one micro-batch at a time, then one optimizer step.
 
 A step's loss is a weighted sum over its tokens, ``L = sum_i sum_t w_it * l_it``, whose weights
 depend on the whole step (minirl.grpo: dapo and bnpo divide by the step's loss-token count, grpo
@@ -14,6 +14,9 @@ Peak memory is then one micro-batch's activations (and its [N, V] loss-token log
 the number of episodes per step: `per_device_train_batch_size` sets the memory, the episodes per
 step only the time. `--gradient_checkpointing` shrinks the activations further (minirl.models).
 
+`update` is one optimizer step around that: zero the gradients, accumulate them, clip their norm,
+step. A non-finite loss or gradient skips the step (the weights stay as they were) and says why.
+
 The reported numbers are the step's: the loss is the sum of the micro-batch losses, and the clip
 ratios, KL and mean ratio are token means over the step (each micro-batch's mean weighted by its
 loss tokens), as one pass would report them.
@@ -21,12 +24,14 @@ loss tokens), as one pass would report them.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
 from minirl.batch import Batch, loss_token_logps, micro_batches
+from minirl.config import GRPOArgs
 from minirl.grpo import policy_loss
 
 
@@ -101,3 +106,53 @@ def accumulate_gradients(
         entropy=entropy / max(num_items, 1.0),
         padding_fraction=padding,
     )
+
+
+@dataclass
+class Update:
+    """What one optimizer step did."""
+
+    gradient: Gradient
+    grad_norm: float = 0.0
+    skipped: str | None = None  # why no step was taken ("non-finite loss" / "... gradient")
+
+
+def update(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batch: Batch,
+    advantages: Tensor,
+    g: GRPOArgs,
+    *,
+    max_completion_length: int,
+    ref_logps: Tensor | None = None,
+) -> Update:
+    """One optimizer step on the step's GRPO loss: zero, accumulate, clip, step (or skip)."""
+    optimizer.zero_grad(set_to_none=True)
+    grad = accumulate_gradients(
+        model,
+        batch,
+        advantages,
+        temperature=g.temperature,
+        micro_batch_size=g.per_device_train_batch_size,
+        ref_logps=ref_logps,
+        epsilon=g.epsilon,
+        epsilon_high=g.epsilon_high,
+        beta=g.beta,
+        loss_type=g.loss_type,
+        max_completion_length=max_completion_length,
+    )
+    params = [p for p in model.parameters() if p.requires_grad]
+    norm = float(torch.nn.utils.clip_grad_norm_(params, g.max_grad_norm)) if grad.finite else 0.0
+    skipped = (
+        "non-finite loss"
+        if not grad.finite
+        else "non-finite gradient"
+        if not math.isfinite(norm)
+        else None
+    )
+    if skipped:
+        optimizer.zero_grad(set_to_none=True)  # drop the partial gradient: no step is taken
+        return Update(grad, skipped=skipped)
+    optimizer.step()
+    return Update(grad, grad_norm=norm)

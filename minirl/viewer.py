@@ -26,6 +26,7 @@ Model output is data: every reply is HTML-escaped, never interpreted.
 from __future__ import annotations
 
 import html
+import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -250,6 +251,50 @@ def _legend(record: dict, task: str) -> str:
     return "".join(f'<span class="key">{key}</span>' for key in [*shown, path])
 
 
+def reference(samples: dict, budget: int) -> str:
+    """What the best feedback-blind policy wins at `budget`, beside each policy's success and
+    feedback use over the whole evaluation (minirl.eval.openloop, minirl.eval.feedback).
+
+    Both come from the file (minirl.samples), so every value is type-checked here; a file
+    written before they were kept says so instead.
+    """
+    from minirl.eval.openloop import from_record
+
+    kept = samples.get("open_loop")
+    found = from_record(kept.get(str(budget))) if isinstance(kept, dict) else None
+    if found is None or (found.task, found.budget) != (samples["task"], budget):
+        line = (
+            "The best feedback-blind policy's success was not recorded in this file "
+            f"(<code>python -m minirl.eval.openloop --task {html.escape(str(samples['task']))} "
+            f"--budgets {budget}</code> computes it)."
+        )
+    else:
+        how = (
+            "exact"
+            if found.method == "exact"
+            else f"± {found.stderr:.3f} over {found.held_out} held-out instances"
+        )
+        line = (
+            f"The best feedback-blind policy, a fixed sequence of replies that never reads an "
+            f"observation, wins <b>{found.success:.3f}</b> ({how}) at T = {budget}: "
+            f"<code>{html.escape(' | '.join(found.sequence))}</code>."
+        )
+    stats = samples.get("stats")
+    for policy, by_budget in stats.items() if isinstance(stats, dict) else []:
+        record = by_budget.get(str(budget)) if isinstance(by_budget, dict) else None
+        keys = ("success", "feedback_use", "feedback_use_sd")
+        values = [record.get(k) if isinstance(record, dict) else None for k in keys]
+        if all(isinstance(v, int | float) and not isinstance(v, bool) for v in values) and all(
+            math.isfinite(v) for v in values
+        ):
+            line += (
+                f" {html.escape(str(policy))}: success {values[0]:.3f}, feedback use "
+                f"{values[1]:.2f} ± {values[2]:.2f} bits per turn (0 for replies that ignore "
+                "the observations), over all its held-out episodes."
+            )
+    return line
+
+
 def page(samples: dict, title: str, budget: int = 0, instances: int = 6) -> str:
     """The whole HTML page for the samples of one run or evaluation."""
     task = samples["task"]
@@ -267,6 +312,7 @@ def page(samples: dict, title: str, budget: int = 0, instances: int = 6) -> str:
         budget=budget,
         visible="visible" if samples.get("budget_visible", True) else "hidden",
         solved=solved,
+        reference=reference(samples, budget),
         legend=legend,
         sections=sections,
         style=STYLE,
@@ -344,6 +390,7 @@ PAGE = """<!doctype html>
 <p>Task <b>{task}</b>, turn budget T = {budget} ({visible} to the model). The same held-out
 instances played by each policy, side by side; each row is the state after that turn.
 {solved}.</p>
+<p class="reference">{reference}</p>
 <p class="legend">{legend}</p>
 {sections}
 <script>{script}</script>

@@ -204,7 +204,7 @@ class Env:
         The natural text starts every reply with "Action:", so a chat model's next words are the
         action rather than the preamble a 135M model otherwise writes ("To solve this problem,
         you need to ..."): on gridnav's held-out seeds that took smollm2's invalid replies from
-        84% of turns to the figure in the README. The compact text starts none.
+        84% of turns to the figure in tutorials/measured.md. The compact text starts none.
         """
         return "Action:" if self.natural else ""
 
@@ -224,8 +224,8 @@ class Env:
 
         Measured with smollm2 on gridnav's held-out seeds: with the format stated only in the
         system prompt, the share of invalid replies grew with the turns (0.50 at T=4, 0.57 at
-        T=12) as the rules fell further behind in the conversation; the README has the figures
-        with this sentence.
+        T=12) as the rules fell further behind in the conversation; tutorials/measured.md has the
+        figures with this sentence.
         """
         only = "nothing else" if any(" " in a for a in self.action_words) else "one word only"
         return f"Reply with a single action, {only}."

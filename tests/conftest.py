@@ -47,3 +47,14 @@ def quick_policy_fp32(quick_tiny_path: str):
     from minirl.models import load_policy
 
     return load_policy(quick_tiny_path, quant="none")
+
+
+@pytest.fixture(scope="session")
+def gridnav_policy():
+    """(peft model, tokenizer) on the default gridnav base, warm-started: it wins some episodes.
+
+    Built once into $MINIRL_CACHE (as `python train.py` builds it), so the suite shares it.
+    """
+    from minirl.models import load_policy
+
+    return load_policy("tiny", quant="nf4", task="gridnav")

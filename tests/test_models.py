@@ -132,7 +132,10 @@ def test_hub_id_loads_in_4bit_with_lora_and_bf16_compute_on_cuda(tmp_path, monke
     assert cuda.load_in_4bit and cuda.bnb_4bit_quant_type == "nf4"
     assert cuda.bnb_4bit_compute_dtype == torch.bfloat16
     assert cpu.bnb_4bit_compute_dtype == torch.float32
-    assert linears[0].compute_dtype == torch.float32  # this machine has no GPU
+    # This machine has no GPU: a chat model computes in bf16 where the CPU has bf16 matmuls.
+    from minirl.models import cpu_has_fast_bf16
+
+    assert linears[0].compute_dtype == (torch.bfloat16 if cpu_has_fast_bf16() else torch.float32)
     # Qwen's template and BPE: every reply is exactly its masked tokens.
     torch.manual_seed(0)
     episodes = rollout(model, tok, [EpisodeSpec("gridnav", s, 2) for s in range(2)])
@@ -141,3 +144,23 @@ def test_hub_id_loads_in_4bit_with_lora_and_bf16_compute_on_cuda(tmp_path, monke
             ids = [i for i, t in zip(ep.input_ids, ep.turn_index, strict=True) if t == k]
             assert tok.decode(ids, skip_special_tokens=True) == turn.reply
         assert tok.decode(ep.input_ids).startswith("<|im_start|>system\ngridnav")
+
+
+def test_dtype_auto_follows_the_device_and_the_model(monkeypatch) -> None:
+    from minirl import models
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert models.resolve_dtype("auto", cuda, chat_model=False) == torch.bfloat16
+    assert models.resolve_dtype("auto", cpu, chat_model=False) == torch.float32  # tiny: always
+    for fast in (True, False):
+        monkeypatch.setattr(models, "cpu_has_fast_bf16", lambda fast=fast: fast)
+        want = torch.bfloat16 if fast else torch.float32
+        assert models.resolve_dtype("auto", cpu, chat_model=True) == want
+    assert models.resolve_dtype("float32", cuda, chat_model=True) == torch.float32
+    assert models.resolve_dtype("bfloat16", cpu, chat_model=False) == torch.bfloat16
+    with pytest.raises(ModelLoadError, match="--dtype 'half'"):
+        models.resolve_dtype("half", cpu, chat_model=True)
+    # NF4 computes in the dtype; --quant none loads its weights in it.
+    nf4 = load_kwargs("nf4", cpu, torch.bfloat16)["quantization_config"]
+    assert nf4.bnb_4bit_compute_dtype == torch.bfloat16
+    assert load_kwargs("none", cpu, torch.bfloat16) == {"dtype": torch.bfloat16}

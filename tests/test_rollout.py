@@ -104,7 +104,7 @@ def test_one_batched_generate_per_turn(quick_policy, monkeypatch) -> None:
     monkeypatch.setattr(model, "generate", counting_generate)
     torch.manual_seed(2)
     start = time.perf_counter()
-    episodes = rollout(model, tok, specs(64, 8), max_new_tokens=4)
+    episodes = rollout(model, tok, specs(64, 8), max_new_tokens=4, engine="generate")
     seconds = time.perf_counter() - start
     longest = max(ep.turns_used for ep in episodes)
     assert len(calls) == longest <= 8
@@ -134,7 +134,9 @@ def test_cached_and_simple_paths_sample_the_same_episodes(request, policy: str) 
     played = {}
     for reuse in (False, True):
         torch.manual_seed(5)
-        played[reuse] = rollout(model, tok, batch_specs, max_new_tokens=3, reuse_cache=reuse)
+        played[reuse] = rollout(
+            model, tok, batch_specs, max_new_tokens=3, engine="generate", reuse_cache=reuse
+        )
     assert len({ep.turns_used for ep in played[True]}) > 2
     assert sum(ep.truncated_replies for ep in played[True]) > 0, "exercise the added-eos branch"
     for simple, cached in zip(played[False], played[True], strict=True):
@@ -159,7 +161,9 @@ def test_cached_path_feeds_only_the_new_tokens_each_turn(quick_policy) -> None:
         )
         try:
             torch.manual_seed(3)
-            episodes = rollout(model, tok, batch_specs, max_new_tokens=4, reuse_cache=reuse)
+            episodes = rollout(
+                model, tok, batch_specs, max_new_tokens=4, engine="generate", reuse_cache=reuse
+            )
         finally:
             hook.remove()
         # A forward that takes more than one token is a turn's prefill; the rest decode 1 by 1.

@@ -131,7 +131,7 @@ def test_one_grpo_step_on_the_real_model(step: dict) -> None:
     if len(set(rewards)) > 1:  # a non-tied group has a gradient, and the step uses it
         assert m["grad_norm"] > 0 and step["moved"]
     else:
-        assert m["grad_norm"] == 0 and m["zero_std_frac"] == 1.0
+        assert m["grad_norm"] == 0 and m["frac_reward_zero_std"] == 1.0
 
 
 def test_an_update_moves_the_real_model_toward_the_better_episode(step: dict) -> None:

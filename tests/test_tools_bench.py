@@ -51,6 +51,8 @@ def test_toy_bench_writes_every_measurement(tmp_path, monkeypatch, quick_tiny_pa
             "--memory_episodes", "2,4",
             "--memory_flags", "--mode fixed --budget 2 --num_generations 2 "
             "--per_device_train_batch_size 2",
+            "--engine_models", quick_tiny_path,
+            "--engine_steps", "1",
             "--output", str(out),
         ]
     )  # fmt: skip
@@ -60,9 +62,11 @@ def test_toy_bench_writes_every_measurement(tmp_path, monkeypatch, quick_tiny_pa
     rows = results["rollouts"]["rows"]
     assert [r["T"] for r in rows] == [2, 6]
     for row in rows:
-        # Same seed, same episodes: the cache is an optimisation, not a different sampler.
-        assert row["identical_episodes"] == 1.0
-        assert row["max_logprob_diff"] < 1e-4
+        # Same seed, same episodes: the cache and the dense engine are optimisations, not
+        # different samplers.
+        assert row["identical_episodes"] == 1.0 == row["engine"]["identical_episodes"]
+        assert row["max_logprob_diff"] < 1e-4 and row["engine"]["max_logprob_diff"] < 1e-4
+        assert row["dense"]["tokens_fed"] <= row["cached"]["tokens_fed"]
         # The barely trained base plays (nearly) every turn, so T really is the episode length.
         assert row["cached"]["turns_played"] >= 0.8 * row["T"]
     # Prompt work: the simple path re-reads the history, so it grows faster than the cached one.
@@ -70,7 +74,11 @@ def test_toy_bench_writes_every_measurement(tmp_path, monkeypatch, quick_tiny_pa
     assert long["cached"]["tokens_fed"] < long["simple"]["tokens_fed"] / 1.5
     growth = {p: rows[1][p]["tokens_fed"] / rows[0][p]["tokens_fed"] for p in ("cached", "simple")}
     assert growth["simple"] > growth["cached"]
-    assert set(results["rollouts"]["slope"]) == {"cached", "simple"}
+    assert set(results["rollouts"]["slope"]) == {"cached", "simple", "dense"}
+    (engine_row,) = results["engine"]["rows"]
+    assert engine_row["steps_per_path"] == 1
+    assert engine_row["step_speedup"] > 0 and engine_row["rollout_speedup"] > 0
+    assert engine_row["dense"]["generated_tokens_per_s"] > 0
     assert results["batching"]["episodes"] == 6 and results["batching"]["speedup"] > 0
     fwd = results["training_forward"]
     assert fwd["bucketed"]["padding_fraction"] <= fwd["single_pass"]["padding_fraction"]
@@ -89,6 +97,7 @@ def test_toy_bench_writes_every_measurement(tmp_path, monkeypatch, quick_tiny_pa
     for backend, growth in memory["growth"].items():
         rows = [r["peak_mb"] for r in memory["rows"] if r["backend"] == backend]
         assert growth == rows[-1] / rows[0]
-    roof = results["roofline"]
-    assert 0 < roof["flops_fraction"] < 1 and 0 < roof["bandwidth_fraction"] < 1
+    for key in ("roofline", "roofline_dense"):
+        roof = results[key]
+        assert 0 < roof["flops_fraction"] < 1 and 0 < roof["bandwidth_fraction"] < 1
     assert results["peak_memory_mb"] > 100

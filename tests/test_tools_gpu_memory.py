@@ -1,4 +1,4 @@
-"""The GPU memory estimate against the README table it backs."""
+"""The GPU memory estimate against the table it backs (the measured page, tutorials/measured.md)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from hubstub import HUB_ID, QWEN_CONFIG, stub_hub_download
 
 
-def test_readme_memory_estimates_for_qwen_on_a_gpu(tmp_path, monkeypatch) -> None:
-    """The README's table is what minirl.tools.gpu_memory computes from a config (estimates)."""
+def test_measured_page_memory_estimates_for_qwen_on_a_gpu(tmp_path, monkeypatch) -> None:
+    """The measured page's table is what minirl.tools.gpu_memory computes from a config."""
     from transformers import AutoConfig
 
     from minirl.tools.gpu_memory import estimate
@@ -19,7 +19,7 @@ def test_readme_memory_estimates_for_qwen_on_a_gpu(tmp_path, monkeypatch) -> Non
     snapshot = stub_hub_download(tmp_path, monkeypatch)
     (snapshot / "config.json").write_text(json.dumps(QWEN_CONFIG))
     config = AutoConfig.from_pretrained(HUB_ID)
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[1] / "tutorials" / "measured.md").read_text()
     row = (
         r"^\| [^|]+ \| (\d+) \| (\d+) \| [^|]+ \| (\d+) \| (\d+) \| (\d+) \| (yes|no) \| "
         r"([\d.]+) GiB \|$"
@@ -40,6 +40,9 @@ def test_readme_memory_estimates_for_qwen_on_a_gpu(tmp_path, monkeypatch) -> Non
     laptop = estimate(config, **defaults, micro_batch=4, gradient_checkpointing=True)
     assert laptop.parameters == 494_032_768  # the model card's "0.49B (0.36B non-embedding)"
     assert laptop.total_gib < 5.0  # leaves room for the CUDA context on a 6 GB GPU
+    # The README quotes this row for a laptop GPU.
+    front = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert f"| {laptop.total_gib:.1f} GiB, **estimated**" in front
     # Only the micro-batch enters the training items: 4x the episodes leave them unchanged.
     more = estimate(
         config, **{**defaults, "episodes": 256}, micro_batch=4, gradient_checkpointing=True

@@ -50,7 +50,14 @@ def run(quick_tiny_path: str, tmp_path_factory: pytest.TempPathFactory) -> dict:
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     summary = json.loads((out / "summary.json").read_text())
-    return {"out": out, "tmp": tmp, "metrics": lines, "summary": summary, "env": env}
+    return {
+        "out": out,
+        "tmp": tmp,
+        "metrics": lines,
+        "summary": summary,
+        "env": env,
+        "stdout": proc.stdout,
+    }
 
 
 def train_scalars(line: dict) -> dict[str, float]:
@@ -173,6 +180,34 @@ def test_the_run_draws_its_curves_and_its_episodes(run: dict) -> None:
     assert page.count('<td class="frame" data-policy="trained"') == sum(
         len(e["turns"]) + 1 for e in samples["episodes"]["trained"] if e["budget"] == 3
     )
+
+
+def test_the_run_reports_the_open_loop_yardstick_and_feedback_use(run: dict) -> None:
+    from minirl.eval.openloop import yardsticks
+
+    summary = run["summary"]
+    expected = yardsticks("gridnav", [2, 3, 4])  # the cached values the run read
+    assert set(summary["open_loop"]) == {"2", "3", "4"}
+    for t, y in expected.items():
+        assert summary["open_loop"][str(t)]["success"] == y.success
+        assert summary["open_loop"][str(t)]["sequence"] == y.sequence
+    for policy in ("base", "trained"):
+        for t in ("2", "3", "4"):
+            used, sd = summary[policy][t]["feedback_use"], summary[policy][t]["feedback_use_sd"]
+            assert -1.0 < used <= 2.0 and 0.0 <= sd < 1.0  # at most log2(4 moves + invalid)
+    # train.py's closing table: success base -> trained, the yardstick and feedback use.
+    rows = [line for line in run["stdout"].splitlines() if line.startswith("  T=")]
+    assert len(rows) == 3
+    for row, t in zip(rows, ("2", "3", "4"), strict=True):
+        base, trained = summary["base"][t], summary["trained"][t]
+        assert f"{base['success']:.3f} -> {trained['success']:.3f}" in row
+        assert f"open-loop {expected[int(t)].success:.3f}" in row
+        shown = [f"{r['feedback_use']:.2f}±{r['feedback_use_sd']:.2f}" for r in (base, trained)]
+        assert f"feedback use {shown[0]} -> {shown[1]}" in row
+    # The viewer's page says it too, for the budget it shows (the middle one, T = 3).
+    page = (run["out"] / "episodes.html").read_text()
+    assert f"wins <b>{expected[3].success:.3f}</b>" in page
+    assert f"trained: success {summary['trained']['3']['success']:.3f}, feedback use" in page
 
 
 def test_report_to_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:

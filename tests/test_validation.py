@@ -24,6 +24,7 @@ from minirl.config import (
     EvalArgs,
     GRPOArgs,
     ModelArgs,
+    OpenLoopArgs,
     StudyArgs,
     TaskArgs,
     ViewerArgs,
@@ -38,7 +39,7 @@ import train  # noqa: E402
 
 CLI_DATACLASSES = (
     *(ModelArgs, GRPOArgs, BudgetArgs, TaskArgs, EvalArgs, StudyArgs, BenchArgs),
-    *(ViewerArgs, CurvesArgs),
+    *(ViewerArgs, CurvesArgs, OpenLoopArgs),
 )
 FIELDS = [(cls, name) for cls in CLI_DATACLASSES for name in field_hints(cls)]
 

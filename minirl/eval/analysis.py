@@ -30,6 +30,7 @@ from collections.abc import Callable
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 import tasks
+from minirl.engine import DenseDecoder, for_sampling
 from minirl.episode import Episode, EpisodeSpec
 from minirl.eval.results import DecisionQuality, Efficiency, Rate, Recovery
 from minirl.eval.sampler import seeded
@@ -96,7 +97,7 @@ def replay(state: EpisodeSpec, task_text: str = "compact") -> tasks.Env:
 
 
 def decision_quality(
-    model: PreTrainedModel,
+    model: PreTrainedModel | DenseDecoder,
     tokenizer: PreTrainedTokenizerBase,
     states: list[EpisodeSpec],
     *,
@@ -106,6 +107,7 @@ def decision_quality(
     task_text: str = "compact",
     seed: int = 0,
     batch_size: int = 512,
+    engine: str = "auto",
 ) -> DecisionQuality:
     """Optimal- and valid-action rates of `samples` sampled replies in each fixed state.
 
@@ -114,10 +116,11 @@ def decision_quality(
     """
     queries = [s for s in states for _ in range(samples)]
     optimal, valid = [], []
+    policy = for_sampling(model, engine)  # one dense copy for every batch (minirl.engine)
     with seeded(seed):
         for start in range(0, len(queries), batch_size):
             played = rollout(
-                model,
+                policy,
                 tokenizer,
                 queries[start : start + batch_size],
                 max_new_tokens=max_new_tokens,

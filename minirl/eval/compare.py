@@ -6,7 +6,11 @@ This is the engine behind `evaluate.py` (and the study). For each checkpoint it
 3. turns the success counts into the K x T grid (minirl.eval.passkt),
 4. runs the analyses (minirl.eval.analysis) on the episodes at the largest T, single-step
    quality on one set of fresh states and recovery on one set of post-error states, each
-   matched to fresh states (minirl.eval.recovery), all sampled once from the base policy.
+   matched to fresh states (minirl.eval.recovery), all sampled once from the base policy, and
+   measures its feedback use
+   at every T from the same episodes (minirl.eval.feedback).
+Beside them goes the open-loop yardstick at every T (minirl.eval.openloop): what the best policy
+that never reads an observation wins, the line a checkpoint must clear to show multi-turn skill.
 It returns the typed results (minirl.eval.results) and writes results.json (grid + analyses +
 metadata), results.jsonl (the grid as a flat table,
 `datasets.load_dataset("json", data_files=...)`) and the PNGs of minirl.eval.plots.
@@ -27,6 +31,7 @@ from minirl.chat import resolve_task_text
 from minirl.checkpoint import CHECKPOINT_NAME, read_adapter
 from minirl.checkpoint import checkpoints as run_checkpoints
 from minirl.config import EvalArgs, validate_eval
+from minirl.engine import for_sampling
 from minirl.errors import CheckpointError, ConfigError
 from minirl.eval.analysis import (
     decision_quality,
@@ -36,6 +41,8 @@ from minirl.eval.analysis import (
     success_by_horizon,
     turn_efficiency,
 )
+from minirl.eval.feedback import feedback_use
+from minirl.eval.openloop import yardsticks
 from minirl.eval.passkt import pass_at_kt
 from minirl.eval.recovery import covariates, recover, recovery_states
 from minirl.eval.results import (
@@ -199,11 +206,14 @@ def compare(args: EvalArgs, progress: bool = True, samples: Path | None = None) 
         # The fixed states: base episodes at T_max, from a seed of their own, whatever
         # checkpoints are compared. Fresh states for single-step quality, post-error ones for
         # recovery; the analyses pair the checkpoints over them.
-        base_model, tokenizer = load_policy(args.model, args.quant, task=args.task)
+        base_model, tokenizer = load_policy(
+            args.model, args.quant, task=args.task, dtype=args.dtype
+        )
+        base_policy = for_sampling(base_model, args.rollout_engine)
         rollout_kwargs["task_text"] = resolve_task_text(args.task_text, tokenizer)
         results.meta.task_text = rollout_kwargs["task_text"]
         state_episodes = sweep(
-            base_model,
+            base_policy,
             tokenizer,
             args.task,
             [t_max],
@@ -252,14 +262,20 @@ def compare(args: EvalArgs, progress: bool = True, samples: Path | None = None) 
             {"seed": s.seed, "replies": list(s.replies), **c}
             for s, c in zip(matched, fixed.matched_covariates, strict=True)
         ]
-        del base_model
+        del base_model, base_policy
+        results.open_loop = yardsticks(args.task, ts)  # cached: seconds once, then nothing
+        open_loop = {str(t): dataclasses.asdict(y) for t, y in results.open_loop.items()}
         total = episodes_to_play(ts, len(seeds), args.n, args.budget_visible)
         for name, path in paths.items():
             started = time.perf_counter()
-            model, tokenizer = load_policy(args.model, args.quant, adapter=path, task=args.task)
+            model, tokenizer = load_policy(
+                args.model, args.quant, adapter=path, task=args.task, dtype=args.dtype
+            )
+            # One sampling copy per checkpoint (minirl.engine) serves every analysis below.
+            policy = for_sampling(model, args.rollout_engine)
             job = bar.add_task(f"eval {name}", total=total, metrics="")
             episodes = sweep(
-                model,
+                policy,
                 tokenizer,
                 args.task,
                 ts,
@@ -269,6 +285,7 @@ def compare(args: EvalArgs, progress: bool = True, samples: Path | None = None) 
                 on_batch=lambda done, job=job: bar.update(job, completed=min(done, total)),
                 **rollout_kwargs,
             )
+            used = {t: feedback_use(episodes[t]) for t in ts}  # from the same episodes
             if samples is not None:
                 samples.parent.mkdir(parents=True, exist_ok=True)
                 add_samples(
@@ -278,6 +295,15 @@ def compare(args: EvalArgs, progress: bool = True, samples: Path | None = None) 
                     task=args.task,
                     budget_visible=args.budget_visible,
                     per_instance=args.n,
+                    stats={
+                        str(t): {
+                            "success": sum(e.success for e in episodes[t]) / len(episodes[t]),
+                            "feedback_use": used[t].bits,
+                            "feedback_use_sd": used[t].null_sd,
+                        }
+                        for t in ts
+                    },
+                    open_loop=open_loop,
                 )
             counts = success_counts(episodes, args.n)
             grid = pass_at_kt(
@@ -294,11 +320,12 @@ def compare(args: EvalArgs, progress: bool = True, samples: Path | None = None) 
                 task_text=results.meta.task_text,
                 seed=args.seed,
                 batch_size=args.batch_size,
+                engine=args.rollout_engine,
             )
-            decision = decision_quality(model, tokenizer, states, **ask)
-            on_matched = decision_quality(model, tokenizer, matched, **ask) if matched else None
+            decision = decision_quality(policy, tokenizer, states, **ask)
+            on_matched = decision_quality(policy, tokenizer, matched, **ask) if matched else None
             from_errors = (
-                recover(model, tokenizer, after_errors, fixed.kinds, **ask)
+                recover(policy, tokenizer, after_errors, fixed.kinds, **ask)
                 if after_errors
                 else None
             )
@@ -318,8 +345,9 @@ def compare(args: EvalArgs, progress: bool = True, samples: Path | None = None) 
                 ),
                 seconds=round(time.perf_counter() - started, 2),
                 successes=counts,
+                feedback_use=used,
             )
-            del model
+            del model, policy
     return results
 
 
@@ -351,6 +379,7 @@ def write_outputs(results: EvalResults, output: str | Path) -> list[Path]:
             f"Pass@(K,T) against T on {meta.task} ({len(meta.seeds)} instances, "
             f"n={meta.n}{hidden})",
             out / "passkt_curves.png",
+            open_loop=results.open_loop,
         )
     )
     written.append(

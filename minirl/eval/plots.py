@@ -2,7 +2,9 @@
 
 - heatmap_<checkpoint>.png: the Pass@(K,T) grid, K down, T across, each cell annotated;
 - passkt_curves.png: Pass@(K,T) against T, one panel per K, one line (with stderr band) per
-  checkpoint; the budget dependence of RL's gain is the gap between the lines as T grows;
+  checkpoint; the budget dependence of RL's gain is the gap between the lines as T grows. The
+  K = 1 panel also draws the open-loop yardstick (dashed, with its band): what the best policy
+  that never reads an observation wins at each T (minirl.eval.openloop);
 - behaviour.png: single-step optimal-action rate, P(success | an error), and success by horizon,
   side by side per checkpoint; the "where does RL help" question in one figure.
 
@@ -22,6 +24,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen before pyplot loads)
 
+from minirl.eval.openloop import Yardstick  # noqa: E402
 from minirl.eval.passkt import Cell  # noqa: E402
 from minirl.eval.results import CheckpointResult, Rate  # noqa: E402
 
@@ -66,7 +69,12 @@ def heatmap(entry: CheckpointResult, title: str, path: Path) -> Path:
     return path
 
 
-def curves(entries: dict[str, CheckpointResult], title: str, path: Path) -> Path:
+def curves(
+    entries: dict[str, CheckpointResult],
+    title: str,
+    path: Path,
+    open_loop: dict[int, Yardstick] | None = None,
+) -> Path:
     ks = _grid(next(iter(entries.values())))[0]
     fig, axes = plt.subplots(1, len(ks), figsize=(3.2 * len(ks), 3.0), sharey=True, squeeze=False)
     for ax, k in zip(axes[0], ks, strict=True):
@@ -82,6 +90,19 @@ def curves(entries: dict[str, CheckpointResult], title: str, path: Path) -> Path
                 color=line.get_color(),
                 alpha=0.2,
             )
+        if k == 1 and open_loop:  # one sequence, one episode: comparable with Pass@(1,T) only
+            ts = sorted(open_loop)
+            mean = [open_loop[t].success for t in ts]
+            err = [open_loop[t].stderr for t in ts]
+            (blind,) = ax.plot(ts, mean, "k--", linewidth=1.2, label="open-loop best")
+            ax.fill_between(
+                ts,
+                [m - e for m, e in zip(mean, err, strict=True)],
+                [m + e for m, e in zip(mean, err, strict=True)],
+                color="black",
+                alpha=0.1,
+            )
+            ax.legend(handles=[blind], fontsize=7, loc="upper left")
         ax.set_title(f"K = {k}", fontsize=9)
         ax.set_xlabel("turn budget T")
         ax.set_ylim(0, 1)

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 import tasks
+from minirl.engine import DenseDecoder, for_sampling
 from minirl.episode import Episode, EpisodeSpec
 from minirl.eval.analysis import error_free, first_error, replay, state_at
 from minirl.eval.results import Rate, StateRecovery
@@ -201,7 +202,7 @@ def recovery_states(
 
 
 def recover(
-    model: PreTrainedModel,
+    model: PreTrainedModel | DenseDecoder,
     tokenizer: PreTrainedTokenizerBase,
     states: list[EpisodeSpec],
     kinds: list[str],
@@ -212,15 +213,17 @@ def recover(
     task_text: str = "compact",
     seed: int = 0,
     batch_size: int = 512,
+    engine: str = "auto",
 ) -> StateRecovery:
     """Play `samples` continuations from each post-error state to the end of its budget."""
     queries = [s for s in states for _ in range(samples)]
     optimal: list[bool] = []
     success: list[bool] = []
+    policy = for_sampling(model, engine)  # one dense copy for every batch (minirl.engine)
     with seeded(seed):
         for start in range(0, len(queries), batch_size):
             played = rollout(
-                model,
+                policy,
                 tokenizer,
                 queries[start : start + batch_size],
                 max_new_tokens=max_new_tokens,

@@ -5,6 +5,8 @@
       checkpoints: {label: CheckpointResult}
         grid: [Cell]                       Pass@(K,T) per (K, T) (minirl.eval.passkt)
         successes: {T: [int]}              each instance's successes of n (the bootstrap's units)
+        feedback_use: {T: FeedbackUse}     bits per turn the replies depend on what was observed
+                                           (minirl.eval.feedback, from the same episodes)
         analysis: Analysis                 minirl.eval.analysis
           decision: DecisionQuality        optimal / valid rates on the fixed fresh states
           recovery: Recovery               success with and without an error (own episodes)
@@ -13,6 +15,7 @@
           horizon: {"1-2": Rate, ...}      success by optimal solution length
           efficiency: {T: Efficiency}      turns used by successful episodes
           invalid_rate
+      open_loop: {T: Yardstick}            the best feedback-blind success (minirl.eval.openloop)
 
 Everything downstream (the tables, the plots, the study's claims) reads these types, never key
 paths into nested dicts. `to_json` writes and `load_results` reads the same layout: keys in field
@@ -27,6 +30,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from minirl.eval.feedback import FeedbackUse
+from minirl.eval.openloop import Yardstick, from_record
 from minirl.eval.passkt import Cell
 
 
@@ -106,6 +111,7 @@ class CheckpointResult:
     analysis: Analysis
     seconds: float
     successes: dict[int, list[int]] = field(default_factory=dict)  # T -> per instance, of n
+    feedback_use: dict[int, FeedbackUse] = field(default_factory=dict)  # T -> its measure
 
     def cell(self, k: int, t: int) -> Cell:
         return next(c for c in self.grid if c.k == k and c.t == t)
@@ -145,6 +151,7 @@ class EvalResults:
 
     meta: EvalMeta
     checkpoints: dict[str, CheckpointResult] = field(default_factory=dict)
+    open_loop: dict[int, Yardstick] = field(default_factory=dict)  # T -> the yardstick
 
     def to_json(self) -> dict:
         return _jsonable(dataclasses.asdict(self))  # type: ignore[return-value]
@@ -154,6 +161,7 @@ class EvalResults:
         return cls(
             meta=EvalMeta(**data["meta"]),
             checkpoints={name: _checkpoint(entry) for name, entry in data["checkpoints"].items()},
+            open_loop=_open_loop(data.get("open_loop", {})),
         )
 
 
@@ -223,6 +231,7 @@ def _checkpoint(data: dict) -> CheckpointResult:
         analysis=analysis,
         seconds=data["seconds"],
         successes={int(t): list(v) for t, v in data.get("successes", {}).items()},
+        feedback_use=_feedback(data.get("feedback_use", {})),
     )
 
 
@@ -243,3 +252,46 @@ def _state_recovery(data: dict) -> StateRecovery:
 
 
 _CELL_FLOATS = {"mean", "stderr", "ci_low", "ci_high"}
+
+
+def _budget(key: object, where: str) -> int:
+    if not isinstance(key, str) or not key.isdigit():
+        raise ValueError(f"results.json: {where} has a key {key!r} that is not a turn budget")
+    return int(key)
+
+
+def _feedback(data: object) -> dict[int, FeedbackUse]:
+    """{"T": FeedbackUse fields} -> {T: FeedbackUse}, every key and field checked (null: NaN)."""
+    if not isinstance(data, dict):
+        raise ValueError("results.json: feedback_use is not a mapping of turn budgets")
+    fields = [f.name for f in dataclasses.fields(FeedbackUse)]
+    out = {}
+    for key, record in data.items():
+        ok = isinstance(record, dict) and set(record) == set(fields)
+        ok = ok and all(type(record[k]) is int for k in ("turns", "groups"))
+        ok = ok and all(
+            record[k] is None
+            or (isinstance(record[k], int | float) and type(record[k]) is not bool)
+            for k in ("bits", "null_sd", "plug_in")
+        )
+        if not ok:
+            raise ValueError(f"results.json: feedback_use[{key!r}] is not a feedback-use record")
+        numbers = {k: _number(record[k]) for k in ("bits", "null_sd", "plug_in")}
+        out[_budget(key, "feedback_use")] = FeedbackUse(
+            **numbers, turns=record["turns"], groups=record["groups"]
+        )
+    return out
+
+
+def _open_loop(data: object) -> dict[int, Yardstick]:
+    """{"T": Yardstick fields} -> {T: Yardstick}, each record type-checked (older files: {})."""
+    if not isinstance(data, dict):
+        raise ValueError("results.json: open_loop is not a mapping of turn budgets")
+    out = {}
+    for key, record in data.items():
+        t = _budget(key, "open_loop")
+        found = from_record(record)
+        if found is None or found.budget != t:
+            raise ValueError(f"results.json: open_loop[{key!r}] is not a yardstick record")
+        out[t] = found
+    return out

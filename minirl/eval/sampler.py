@@ -31,6 +31,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 import tasks
 from minirl.chat import resolve_task_text
 from minirl.config import Config
+from minirl.engine import DenseDecoder, for_sampling
 from minirl.episode import Episode, EpisodeSpec, turn_rates
 from minirl.rollout import rollout
 
@@ -65,7 +66,6 @@ def truncate(episode: Episode, t: int) -> Episode:
         budget=t,
         turns=turns,
         success=episode.success and episode.turns_used <= t,
-        reward=sum(turn.reward for turn in turns),
         input_ids=[],
         loss_mask=[],
         logprobs=[],
@@ -79,7 +79,7 @@ def specs_for(task: str, seeds: Sequence[int], n: int, budget: int) -> list[Epis
 
 
 def sweep(
-    model: PreTrainedModel,
+    policy: PreTrainedModel | DenseDecoder,
     tokenizer: PreTrainedTokenizerBase,
     task: str,
     ts: Sequence[int],
@@ -92,10 +92,13 @@ def sweep(
     max_new_tokens: int = 4,
     temperature: float = 1.0,
     batch_size: int = 512,
+    engine: str = "auto",
     on_batch: Callable[[int], None] | None = None,
 ) -> dict[int, list[Episode]]:
     """Episodes for every T in `ts`: `result[t][i * n + j]` is episode j on instance seeds[i].
 
+    `policy` is the model or its dense copy; with a model, `engine` picks the sampler (see
+    minirl.rollout), and a dense copy is made once for the whole sweep.
     `on_batch(episodes_done)` is called after each rollout batch with the running total of
     episodes played (for a progress bar).
     """
@@ -108,13 +111,14 @@ def sweep(
     rollout_budgets = sorted(set(ts)) if budget_visible else [max(ts)]
     played: dict[int, list[Episode]] = {}
     done = 0
+    policy = for_sampling(policy, engine)
     with seeded(seed):
         for budget in rollout_budgets:
             specs = specs_for(task, seeds, n, budget)
             episodes: list[Episode] = []
             for start in range(0, len(specs), batch_size):
                 episodes += rollout(
-                    model,
+                    policy,
                     tokenizer,
                     specs[start : start + batch_size],
                     max_new_tokens=max_new_tokens,
@@ -192,6 +196,7 @@ def held_out_episodes(
     task_text: str = "compact",
     seed: int = 1234,
     batch_size: int = 256,
+    engine: str = "auto",
 ) -> dict[int, list[Episode]]:
     """One episode on each of the first `instances` held-out instances, at each budget."""
     return sweep(
@@ -207,6 +212,7 @@ def held_out_episodes(
         max_new_tokens=max_new_tokens,
         temperature=temperature,
         batch_size=batch_size,
+        engine=engine,
     )
 
 
@@ -263,6 +269,7 @@ def run_evaluation(
         temperature=cfg.grpo.temperature,
         budget_visible=cfg.budget.budget_visible,
         task_text=resolve_task_text(cfg.task.task_text, tokenizer),
+        engine=cfg.grpo.rollout_engine,
     )
     results = {str(t): dataclasses.asdict(summarize(t, e)) for t, e in played.items()}
     return results, played

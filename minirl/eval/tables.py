@@ -2,7 +2,10 @@
 
 The delta table subtracts the first checkpoint's grid (usually `base`) cell by cell and marks a
 difference larger than twice its standard error (the two grids' errors added in quadrature) with
-a star; with paired instances that is conservative, not a test to publish.
+a star; with paired instances that is conservative, not a test to publish. The open-loop table
+puts every checkpoint's Pass@(1,T) and feedback use beside what the best feedback-blind policy
+wins (minirl.eval.openloop, minirl.eval.feedback): a checkpoint at or below that line has learned
+nothing a script that never reads an observation does not do.
 """
 
 from __future__ import annotations
@@ -57,6 +60,34 @@ def delta_table(
     return table
 
 
+def open_loop_table(results: EvalResults) -> Table:
+    """Pass@(1,T) and feedback use per checkpoint, and the open-loop yardstick, against T."""
+    ts = [t for t in results.meta.ts if t in results.open_loop]
+    table = Table(
+        title="Pass@(1,T) beside the best feedback-blind policy (open-loop); "
+        "feedback use in bits per turn (0: replies ignore the observations; ± its spread "
+        "for a policy that does)"
+    )
+    table.add_column("", justify="right", style="bold")
+    for t in ts:
+        table.add_column(f"T={t}", justify="right")
+    for name, entry in results.checkpoints.items():
+        cells = _cells(entry)
+        table.add_row(
+            f"{name} Pass@1", *(f"{cells[(1, t)].mean:.3f}±{cells[(1, t)].stderr:.3f}" for t in ts)
+        )
+        used = [entry.feedback_use.get(t) for t in ts]
+        table.add_row(
+            f"{name} feedback use",
+            *("n/a" if u is None else f"{u.bits:.2f}±{u.null_sd:.2f}" for u in used),
+        )
+    table.add_row(
+        "open-loop best",
+        *(f"{results.open_loop[t].success:.3f}±{results.open_loop[t].stderr:.3f}" for t in ts),
+    )
+    return table
+
+
 def _rate(r: Rate) -> str:
     if math.isnan(r.rate):
         return "n/a"
@@ -100,6 +131,8 @@ def print_tables(results: EvalResults, console: Console | None = None) -> None:
         console.print(grid_table(name, entry, ks, ts))
     for name, entry in list(entries.items())[1:]:
         console.print(delta_table(name, entry, ref_name, entries[ref_name], ks, ts))
+    if results.open_loop and 1 in ks:
+        console.print(open_loop_table(results))
     console.print(behaviour_table(results))
     console.print(
         f"mode: budget {meta.mode}; {len(meta.seeds)} instances × n={meta.n}, seed {meta.seed}"

@@ -45,8 +45,8 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from rich.progress import track
 
+from minirl.progress import progress_bar
 from minirl.study import simulate
 from minirl.study.claims import ALPHA, TaskFindings, Test, analyse_results
 
@@ -244,10 +244,13 @@ def verdict_rates(
     """Run `reps` simulated studies of every world at `sizes` and tally each truth."""
     rows = {t: Row(t) for t in TRUTHS}
     passed: dict[str, list[bool]] = {}
-    for rep in track(range(reps), "simulated studies", disable=not progress):
-        for truth, (z, bias, p, testable, target, check) in one_study(
-            task, rep, replicates, sizes
-        ).items():
+    with progress_bar(disable=not progress) as bar:  # minirl's bar: plain lines in a notebook
+        studies = [
+            one_study(task, rep, replicates, sizes)
+            for rep in bar.track(range(reps), description="simulated studies")
+        ]
+    for study in studies:
+        for truth, (z, bias, p, testable, target, check) in study.items():
             row = rows[truth]
             row.reps += 1
             if check is not None and truth.rule == "budget dependence":

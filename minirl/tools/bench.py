@@ -49,6 +49,7 @@ from minirl.errors import ConfigError, MinirlError
 from minirl.tools.bench_report import plot_rollouts, print_report
 from minirl.tools.measure import (
     ForwardCount,
+    count_engine_forwards,
     count_forwards,
     loglog_slope,
     machine_peaks,
@@ -65,28 +66,37 @@ def specs_at(task: str, n: int, budget: int) -> list[EpisodeSpec]:
     return [EpisodeSpec(task, s, budget, group=i) for i, s in enumerate(tasks.EVAL_SEEDS[:n])]
 
 
-def timed_rollout(model, tokenizer, specs, args: BenchArgs, reuse_cache: bool, shape) -> dict:
-    """Play `specs` once from the bench seed; seconds, token counts and the episodes."""
+def timed_rollout(model, tokenizer, specs, args: BenchArgs, path: str, shape) -> dict:
+    """Play `specs` once from the bench seed on one rollout path; seconds, counts, episodes.
+
+    `path` is "simple" (generate, the history re-encoded every turn), "cached" (generate with the
+    KV cache kept across turns) or "dense" (the sampling engine, minirl.engine).
+    """
+    from minirl.engine import dense_copy
     from minirl.rollout import rollout
 
     count = ForwardCount()
-    hook = count_forwards(model, count, shape)
     torch.manual_seed(args.seed)
     sync()
-    start = time.perf_counter()
-    try:
+    start = time.perf_counter()  # the dense path's time includes making its copy
+    if path == "dense":
+        counting = count_engine_forwards(count, shape)
+        policy = dense_copy(model)
+    else:
+        counting = count_forwards(model, count, shape)  # a hook handle: removed on exit
+        policy = model
+    with counting:
         episodes = rollout(
-            model,
+            policy,
             tokenizer,
             specs,
             max_new_tokens=args.max_new_tokens,
             task_text=resolve_task_text("auto", tokenizer),
-            reuse_cache=reuse_cache,
+            engine="dense" if path == "dense" else "generate",
+            reuse_cache=path != "simple",
         )
-    finally:
         sync()
         seconds = time.perf_counter() - start
-        hook.remove()
     generated = sum(sum(e.loss_mask) for e in episodes)
     return {
         "seconds": seconds,
@@ -117,40 +127,43 @@ def same_episodes(a: list, b: list) -> dict[str, float]:
 
 
 def bench_rollouts(model, tokenizer, args: BenchArgs, shape) -> dict:
-    """Cached against simple path at every T; both from the same seed, so they must agree."""
+    """The three rollout paths at every T, from the same seed, so they must agree."""
     rows = []
     for budget in parse_ints(args.turns, "turns", MAX_TURNS, TURNS.why):
         specs = specs_at(args.task, args.episodes, budget)
         reset_peak_memory()
-        simple = timed_rollout(model, tokenizer, specs, args, False, shape)
-        cached = timed_rollout(model, tokenizer, specs, args, True, shape)
-        agree = same_episodes(simple.pop("episodes"), cached.pop("episodes"))
+        played = {path: timed_rollout(model, tokenizer, specs, args, path, shape) for path in PATHS}
+        episodes = {path: played[path].pop("episodes") for path in PATHS}
         rows.append(
             {
                 "T": budget,
-                "cached": cached,
-                "simple": simple,
-                "speedup": simple["seconds"] / cached["seconds"],
-                **agree,
+                **played,
+                "speedup": played["simple"]["seconds"] / played["cached"]["seconds"],
+                "engine_speedup": played["cached"]["seconds"] / played["dense"]["seconds"],
+                **same_episodes(episodes["simple"], episodes["cached"]),
+                "engine": same_episodes(episodes["cached"], episodes["dense"]),
                 "peak_memory_mb": peak_memory_mb(),
             }
         )
     ts = [float(r["T"]) for r in rows]
     slopes = {}
     if len(ts) > 1:
-        for path in ("cached", "simple"):
+        for path in PATHS:
             slopes[path] = loglog_slope(ts, [r[path]["seconds"] for r in rows])
     return {"rows": rows, "slope": slopes}
+
+
+PATHS = ("simple", "cached", "dense")
 
 
 def bench_batching(model, tokenizer, args: BenchArgs, shape) -> dict:
     """One batched rollout of all episodes against a loop that plays them one at a time."""
     specs = specs_at(args.task, args.episodes, args.naive_budget)
-    batched = timed_rollout(model, tokenizer, specs, args, True, shape)
+    batched = timed_rollout(model, tokenizer, specs, args, "cached", shape)
     batched.pop("episodes")
     start = time.perf_counter()
     for spec in specs:
-        one = timed_rollout(model, tokenizer, [spec], args, True, shape)
+        one = timed_rollout(model, tokenizer, [spec], args, "cached", shape)
         one.pop("episodes")
     naive = time.perf_counter() - start
     return {
@@ -278,12 +291,81 @@ def step_seconds(cfg) -> list[float]:
             self.seconds.append(time.perf_counter() - self.start)
 
     torch.manual_seed(cfg.grpo.seed)
-    model, tokenizer = load_policy(cfg.model.model, cfg.model.quant, task=cfg.task.task)
+    model, tokenizer = load_policy(
+        cfg.model.model, cfg.model.quant, task=cfg.task.task, dtype=cfg.model.dtype
+    )
     trainer = build_trainer(cfg, model, tokenizer, cfg.grpo.output_dir, progress=False)
     timer = StepTimer()
     trainer.add_callback(timer)
     trainer.train()
     return timer.seconds
+
+
+def engine_config(name: str, args: BenchArgs):
+    """The training step the engine part times for `name`: the default tiny step (train.py's
+    defaults on the task), or a small chat-model step (guess, T=4, 2 x 4 episodes)."""
+    from minirl.config import BudgetArgs, Config, GRPOArgs, ModelArgs, TaskArgs
+
+    if name == "tiny":
+        return Config(ModelArgs(), GRPOArgs(eval_seeds=0), BudgetArgs(), TaskArgs(task=args.task))
+    return Config(
+        ModelArgs(model=name),
+        GRPOArgs(num_generations=4, eval_seeds=0, learning_rate=2e-4),
+        BudgetArgs(mode="fixed", budget=4),
+        TaskArgs(task="guess", tasks_per_step=2, max_new_tokens=6),
+    )
+
+
+def bench_engine(args: BenchArgs) -> dict:
+    """Training steps with the dense sampling engine against the generate path, alternated.
+
+    One warm-up step on each path, then `engine_steps` rounds of one step on each, so machine
+    noise falls on both; medians of the step's and the rollout's wall seconds, and the rollout's
+    generated tokens per second.
+    """
+    from minirl.models import load_policy, trainable_parameters
+    from minirl.trainer import train_step
+
+    rows = []
+    for name in [m.strip() for m in args.engine_models.split(",") if m.strip()]:
+        cfg = engine_config(name, args)
+        model, tokenizer = load_policy(
+            cfg.model.model, cfg.model.quant, task=cfg.task.task, gradient_checkpointing=None
+        )
+        optimizer = torch.optim.AdamW(trainable_parameters(model), lr=cfg.grpo.learning_rate)
+        rng = random.Random(args.seed)
+        timed: dict[str, list[dict]] = {"generate": [], "dense": []}
+        for round_ in range(args.engine_steps + 1):
+            for engine in timed:
+                cfg.grpo.rollout_engine = engine
+                reset_peak_memory()
+                m = train_step(model, tokenizer, optimizer, cfg, rng, round_)
+                if round_:  # the first round warms both paths up
+                    m["peak_memory_mb"] = peak_memory_mb()
+                    timed[engine].append(m)
+        row: dict = {"model": name, "steps_per_path": args.engine_steps}
+        for engine, steps in timed.items():
+            row[engine] = {
+                "seconds_per_step": median([m["seconds"] for m in steps]),
+                "rollout_seconds": median([m["rollout_seconds"] for m in steps]),
+                "generated_tokens_per_s": median(
+                    [m["generated_tokens"] / m["rollout_seconds"] for m in steps]
+                ),
+                "peak_memory_mb": max(m["peak_memory_mb"] for m in steps),
+            }
+        row["step_speedup"] = row["generate"]["seconds_per_step"] / row["dense"]["seconds_per_step"]
+        row["rollout_speedup"] = (
+            row["generate"]["rollout_seconds"] / row["dense"]["rollout_seconds"]
+        )
+        rows.append(row)
+        del model, optimizer
+    return {"rows": rows}
+
+
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def memory_argv(args: BenchArgs, episodes: int, backend: str) -> list[str]:
@@ -372,8 +454,9 @@ def run_bench(args: BenchArgs, progress: bool = True) -> dict:
     torch.set_grad_enabled(True)
     path, model, tokenizer = load_bench_model(args)
     shape = model_shape(model)
-    # One small untimed rollout first: the first generate pays one-off setup costs.
-    timed_rollout(model, tokenizer, specs_at(args.task, 2, 2), args, True, shape)
+    # One small untimed rollout per path first: the first call pays one-off setup costs.
+    for rollout_path in PATHS:
+        timed_rollout(model, tokenizer, specs_at(args.task, 2, 2), args, rollout_path, shape)
     results: dict = {"args": asdict(args), "device": _device_name(), "model_path": path}
     measurements = {
         "machine": lambda: machine_peaks(),
@@ -383,12 +466,15 @@ def run_bench(args: BenchArgs, progress: bool = True) -> dict:
     }
     if args.train_steps > 0:
         measurements["train_steps"] = lambda: bench_train_steps(path, args)
+    if args.engine_steps > 0 and args.engine_models.strip():
+        measurements["engine"] = lambda: bench_engine(args)
     if args.memory_episodes.strip():
         measurements["memory"] = lambda: bench_memory(args)
     with progress_bar(disable=not progress) as bar:
         for part in bar.track(list(measurements), description="bench"):
             results[part] = measurements[part]()
     results["roofline"] = roofline(results["rollouts"], results["machine"])
+    results["roofline_dense"] = roofline(results["rollouts"], results["machine"], "dense")
     results["peak_memory_mb"] = peak_memory_mb()
     return results
 

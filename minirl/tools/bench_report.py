@@ -18,31 +18,41 @@ def print_report(results: dict) -> None:
         "turns played",
         "simple s",
         "cached s",
-        "speedup",
+        "dense s",
+        "cached/simple",
+        "dense/cached",
         "simple tok fed",
         "cached tok fed",
-        "cached gen tok/s",
+        "dense gen tok/s",
         "same tokens",
     ):
         table.add_column(col, justify="right")
     for row in r["rows"]:
-        s, c = row["simple"], row["cached"]
+        s, c, d = row["simple"], row["cached"], row["dense"]
         table.add_row(
             str(row["T"]),
             f"{c['turns_played']:.1f}",
             f"{s['seconds']:.2f}",
             f"{c['seconds']:.2f}",
+            f"{d['seconds']:.2f}",
             f"{row['speedup']:.2f}x",
+            f"{row['engine_speedup']:.2f}x",
             f"{s['tokens_fed']:,}",
             f"{c['tokens_fed']:,}",
-            f"{c['generated_tokens_per_s']:.0f}",
-            f"{row['identical_episodes']:.0%}",
+            f"{d['generated_tokens_per_s']:.0f}",
+            f"{row['identical_episodes']:.0%} / {row['engine']['identical_episodes']:.0%}",
         )
     console.print(table)
+    console.print(
+        "simple and cached are transformers' generate without and with the KV cache across "
+        "turns; dense is the sampling engine (minirl.engine); 'same tokens': cached vs simple / "
+        "dense vs cached, from the same seed"
+    )
     if r["slope"]:
         console.print(
-            f"slope of log(seconds) on log(T): cached {r['slope']['cached']:.2f}, "
-            f"simple {r['slope']['simple']:.2f} (1 = linear, 2 = quadratic)"
+            "slope of log(seconds) on log(T): "
+            + ", ".join(f"{path} {value:.2f}" for path, value in r["slope"].items())
+            + " (1 = linear, 2 = quadratic)"
         )
     b = results["batching"]
     console.print(
@@ -66,17 +76,53 @@ def print_report(results: dict) -> None:
         console.print(
             f"training step: {line}" + (f" (trl / minirl = {ratio:.2f})" if ratio else "")
         )
+    if "engine" in results:
+        print_engine(console, results["engine"])
     if "memory" in results:
         print_memory(console, results["memory"])
-    rf = results["roofline"]
-    console.print(
-        f"roofline (cached rollout, T={rf['T']}, estimated work): "
-        f"{rf['achieved_flops_per_s'] / 1e9:.2f} GFLOP/s of {rf['matmul_flops_per_s'] / 1e9:.1f} "
-        f"measured matmul peak ({rf['flops_fraction']:.1%}); "
-        f"{rf['achieved_bytes_per_s'] / 1e9:.2f} GB/s of {rf['copy_bytes_per_s'] / 1e9:.1f} "
-        f"measured copy bandwidth ({rf['bandwidth_fraction']:.1%})"
-    )
+    for key in ("roofline", "roofline_dense"):
+        rf = results[key]
+        console.print(
+            f"roofline ({rf['path']} rollout, T={rf['T']}, estimated work): "
+            f"{rf['achieved_flops_per_s'] / 1e9:.2f} GFLOP/s of "
+            f"{rf['matmul_flops_per_s'] / 1e9:.1f} measured fp32 matmul peak "
+            f"({rf['flops_fraction']:.1%}); {rf['achieved_bytes_per_s'] / 1e9:.2f} GB/s of "
+            f"{rf['copy_bytes_per_s'] / 1e9:.1f} measured copy bandwidth "
+            f"({rf['bandwidth_fraction']:.1%})"
+        )
     console.print(f"peak memory ({results['device']}): {results['peak_memory_mb']:.0f} MiB")
+
+
+def print_engine(console, engine: dict) -> None:  # noqa: ANN001
+    from rich.table import Table
+
+    table = Table(title="Training steps: dense sampling engine against generate (medians)")
+    for col in (
+        "model",
+        "generate s/step",
+        "dense s/step",
+        "step speedup",
+        "generate rollout s",
+        "dense rollout s",
+        "rollout speedup",
+        "dense gen tok/s",
+        "peak MiB gen / dense",
+    ):
+        table.add_column(col, justify="right")
+    for row in engine["rows"]:
+        g, d = row["generate"], row["dense"]
+        table.add_row(
+            row["model"],
+            f"{g['seconds_per_step']:.2f}",
+            f"{d['seconds_per_step']:.2f}",
+            f"{row['step_speedup']:.2f}x",
+            f"{g['rollout_seconds']:.2f}",
+            f"{d['rollout_seconds']:.2f}",
+            f"{row['rollout_speedup']:.2f}x",
+            f"{d['generated_tokens_per_s']:.0f}",
+            f"{g['peak_memory_mb']:,.0f} / {d['peak_memory_mb']:,.0f}",
+        )
+    console.print(table)
 
 
 def print_memory(console, memory: dict) -> None:  # noqa: ANN001
@@ -120,7 +166,7 @@ def plot_rollouts(results: dict, path: Path) -> Path:
     rows = results["rollouts"]["rows"]
     ts = [r["T"] for r in rows]
     fig, ax = plt.subplots(figsize=(5.5, 4))
-    for name, style in (("simple", "o--"), ("cached", "s-")):
+    for name, style in (("simple", "o--"), ("cached", "s-"), ("dense", "^-")):
         label = f"{name} path"
         slope = results["rollouts"]["slope"].get(name)
         if slope is not None:

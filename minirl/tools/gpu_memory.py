@@ -1,9 +1,9 @@
 """A rough estimate of the GPU memory a minirl run needs, computed from the model's config.
 
-It backs the README's advice for hub models on a laptop GPU until someone measures a run on one.
-It is an estimate and says so: it counts the big items of minirl's path (minirl.models,
-minirl.rollout, minirl.update) and nothing else. The CUDA context and the allocator's slack
-(often 0.5-1 GiB) are not counted.
+It backs the advice for hub models on a laptop GPU (the README, tutorials/measured.md) until
+someone measures a run on one. It is an estimate and says so: it counts the big items of
+minirl's path (minirl.models, minirl.rollout, minirl.update) and nothing else. The CUDA context
+and the allocator's slack (often 0.5-1 GiB) are not counted.
 
 - Frozen base: the decoder's linear weights in NF4 (half a byte each, plus one fp32 scale per
   block of 64). Everything else (embeddings, norms) is fp32, because
@@ -25,7 +25,7 @@ minirl.rollout, minirl.update) and nothing else. The CUDA context and the alloca
 
 The rollout and the update do not overlap: the KV cache is freed before the first training
 forward. On the CPU, `python -m minirl.tools.bench` and minirl.tools.step_memory measure the real
-peak (RSS) of a step; the README compares the two for a Qwen2.5-0.5B-shaped model.
+peak (RSS) of a step; tutorials/measured.md compares the two for a Qwen2.5-0.5B-shaped model.
 """
 
 from __future__ import annotations

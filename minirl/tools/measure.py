@@ -1,7 +1,8 @@
 """What the benchmark measures with: work counted per forward pass, peak memory, machine peaks.
 
 A rollout's speed means little alone; against what the machine can do it tells where the time
-goes. `count_forwards` hooks the model and adds, for every forward call, the positions fed, the
+goes. `count_forwards` hooks the model (`count_engine_forwards` the dense sampling engine) and
+adds, for every forward call, the positions fed, the
 FLOPs (2 per weight per token for the linear layers, plus 4 * hidden per query-key pair for
 attention) and the bytes read (every weight once per call, and the whole fp32 KV cache).
 `machine_peaks` measures this machine's fp32 matmul FLOP/s and memory-copy bandwidth, and
@@ -12,9 +13,11 @@ overhead, not by arithmetic or memory. Peak memory is the process's peak RSS on 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import resource
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -76,6 +79,33 @@ def count_forwards(model: torch.nn.Module, count: ForwardCount, shape: dict[str,
         count.bytes += 2 * shape["layers"] * shape["kv_width"] * batch * context * 4
 
     return base.register_forward_pre_hook(hook, with_kwargs=True)
+
+
+@contextlib.contextmanager
+def count_engine_forwards(count: ForwardCount, shape: dict[str, float]) -> Iterator[None]:
+    """The same counts for the dense sampling engine (minirl.engine), whose forward is a plain
+    function: it is wrapped for the duration (the engine looks it up on every call)."""
+    from minirl import engine
+
+    original = engine.forward
+
+    def counted(decoder, cache, ids, widths):  # noqa: ANN001, ANN202
+        batch, new = ids.shape
+        context = max(cache.host_lengths) + new  # the slots each call's attention reads
+        count.calls += 1
+        count.tokens += batch * new
+        count.flops += 2 * shape["linear_weights"] * batch * new
+        count.flops += 4 * shape["layers"] * shape["hidden"] * batch * new * context
+        itemsize = decoder.layers[0].qkv.weight.element_size()
+        count.bytes += shape["linear_weights"] * itemsize  # the dense copy's weights
+        count.bytes += 2 * shape["layers"] * shape["kv_width"] * batch * context * 4
+        return original(decoder, cache, ids, widths)
+
+    engine.forward = counted
+    try:
+        yield
+    finally:
+        engine.forward = original
 
 
 def peak_memory_mb() -> float:
@@ -149,13 +179,14 @@ def loglog_slope(xs: list[float], ys: list[float]) -> float:
     return sum((x - mx) * (y - my) for x, y in zip(lx, ly, strict=True)) / var
 
 
-def roofline(rollouts: dict, peaks: dict[str, float]) -> dict:
-    """Achieved generation FLOP/s and bytes/s (cached path, largest T) against the peaks."""
-    row = rollouts["rows"][-1]["cached"]
+def roofline(rollouts: dict, peaks: dict[str, float], path: str = "cached") -> dict:
+    """Achieved generation FLOP/s and bytes/s (one rollout path, largest T) against the peaks."""
+    row = rollouts["rows"][-1][path]
     flops_per_s = row["flops"] / row["seconds"]
     bytes_per_s = row["bytes"] / row["seconds"]
     return {
         "T": rollouts["rows"][-1]["T"],
+        "path": path,
         "achieved_flops_per_s": flops_per_s,
         "achieved_bytes_per_s": bytes_per_s,
         **peaks,

@@ -52,6 +52,7 @@ def one_step(cfg: Config) -> dict:
         cfg.model.lora_dropout,
         task=cfg.task.task,
         gradient_checkpointing=cfg.grpo.gradient_checkpointing,
+        dtype=cfg.model.dtype,
     )
     loaded = resident_mb()
     reset_peak_memory()

@@ -1,0 +1,54 @@
+"""tutorials/recipes/*.yaml: every recipe says what it reaches, loads, validates, and trains.
+
+A recipe is a `--config` file for train.py from one measured run; its header states what that run
+reached, in what time, on what hardware. Here each one is parsed exactly as `python train.py
+--config FILE` parses it, validated, and run for one step at toy size (flags after --config
+override it, as on the command line).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import train
+from minirl.config import validate
+from minirl.trainer import train as run_training
+
+RECIPES = sorted((Path(__file__).resolve().parents[1] / "tutorials" / "recipes").glob("*.yaml"))
+TOY = [
+    *("--max_steps", "1", "--tasks_per_step", "1", "--num_generations", "2"),
+    *("--eval_seeds", "0", "--report_to", "none", "--max_new_tokens", "4"),
+]
+
+
+def test_there_are_recipes_for_tiny_on_every_task_and_smollm2() -> None:
+    import tasks
+
+    names = {p.stem for p in RECIPES}
+    assert {f"tiny-{task}" for task in tasks.NAMES} <= names
+    assert {"smollm2-guess", "smollm2-hilo", "smollm2-gridnav"} <= names
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=[p.stem for p in RECIPES])
+def test_recipe_header_states_its_measured_run(recipe: Path) -> None:
+    header = [line[1:].strip() for line in recipe.read_text().splitlines() if line.startswith("#")]
+    text = " ".join(header)
+    for field in ("Reaches:", "Time:", "Hardware:", "Run:"):
+        assert field in text, f"{recipe.name}: the header needs a {field!r} line"
+    assert f"python train.py --config tutorials/recipes/{recipe.name}" in text
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=[p.stem for p in RECIPES])
+def test_recipe_loads_validates_and_trains_a_step(recipe: Path, tmp_path: Path) -> None:
+    cfg = train.parse(["--config", str(recipe)])
+    validate(cfg)
+    assert cfg.grpo.output_dir == f"runs/{recipe.stem}", "a recipe's runs go to runs/<its name>"
+    toy = train.parse(
+        ["--config", str(recipe), *TOY, "--output_dir", str(tmp_path / "run"), "--budget", "2"]
+        + ["--budget_min", "2", "--budget_max", "2"]
+    )
+    result = run_training(toy, progress=False)
+    assert len(result.metrics) == 1 and result.metrics[0]["step"] == 1
+    assert (tmp_path / "run" / "metrics.jsonl").exists()
