@@ -371,6 +371,16 @@ class EvalArgs:
         help="Post-error states (just after a base-policy error), sampled once, for recovery "
         "(minirl.eval.recovery); 0 skips it.",
     )
+    recovery_horizon: Annotated[int, Range(ge=1, le=8)] = HfArg(
+        default=3,
+        help="Post-error states are taken at positions 1..h after a base error (the base's own "
+        "next h - 1 replies later), so the next h actions after an error are scored.",
+    )
+    recovery_matches: Count = HfArg(
+        default=2,
+        help="Fresh states matched to each post-error state (same turn, distance to the goal "
+        "and number of optimal actions; minirl.eval.recovery.match_key).",
+    )
     state_episodes: Count = HfArg(
         default=2,
         help="Base episodes per instance, at the largest T, that the fixed states are drawn from.",
@@ -414,11 +424,20 @@ class StudyArgs:
     """evaluate.py --study: train the study's arms where missing, evaluate them, write a report."""
 
     tasks: str = HfArg(
-        default="gridnav,hilo,fog",
+        default="gridnav,hilo,fog,house",
         help="Comma-separated tasks to run the study on: the hidden-information tasks, with "
         "gridnav as the history-free control.",
     )
-    model: str = HfArg(default="tiny", help="Base model ('tiny' = the per-task tiny base).")
+    model: str = HfArg(
+        default="tiny-sticky",
+        help="Base model: 'tiny-sticky' is the per-task tiny base whose demonstrations repeat "
+        "an error (so it has a recovery deficit to learn away); 'tiny' has uniform noise.",
+    )
+    control: str = HfArg(
+        default="tiny",
+        help="A second base whose recovery deficit is measured beside the model's (the base "
+        "alone, on the same instances; no arms are trained on it); '' skips it.",
+    )
     tight: Turns = HfArg(default=4, help="T of the tight fixed-budget arm (c).")
     generous: Turns = HfArg(default=12, help="T of the generous fixed-budget arm (b).")
     budget_min: Turns = HfArg(default=4, help="Smallest T of the BudgetMix arm (d).")
@@ -430,9 +449,9 @@ class StudyArgs:
     tasks_per_step: Count = HfArg(default=8, help="Task instances (groups) per training step.")
     num_generations: GroupSize = HfArg(default=8, help="G: episodes per instance in training.")
     seeds: str = HfArg(
-        default="0,1,2",
-        help="Training seeds, e.g. '0,1,2': one run per arm and seed. The bootstrap resamples "
-        "them, so fewer than 3 give a seed spread that means little.",
+        default="0,1,2,3,4",
+        help="Training seeds, e.g. '0,1,2,3,4': one run per arm and seed. Their spread is read "
+        "with Student's t at the run level; fewer than 5 leave it few degrees of freedom.",
     )
     k: str = HfArg(default="1,2,4", help="Sampling breadths K of the evaluation.")
     t: str = HfArg(default="2,4,8,12", help="Turn budgets T of the evaluation.")
@@ -444,17 +463,26 @@ class StudyArgs:
     recovery_states: Count = HfArg(
         default=200, help="Post-error states (just after a base error) for recovery."
     )
+    recovery_horizon: Annotated[int, Range(ge=1, le=8)] = HfArg(
+        default=3, help="Post-error states at positions 1..h after a base error (next h actions)."
+    )
+    recovery_matches: Count = HfArg(
+        default=4, help="Fresh states matched to each post-error state (turn, distance, optima)."
+    )
     decision_samples: Count = HfArg(
         default=2, help="Sampled replies per fixed state (fresh or post-error) and arm."
     )
     state_episodes: Count = HfArg(
-        default=4, help="Base episodes per instance that the fixed states are drawn from."
+        default=8,
+        help="Base episodes per instance that the fixed states are drawn from (the more, the "
+        "more post-error states find fresh states to match).",
     )
     eval_seed: Seed = HfArg(default=0, help="Sampling seed of every evaluation.")
     validation_reps: Count = HfArg(
-        default=20,
-        help="Simulated studies with known skills that the report puts through its own verdict "
-        "rules, to state their error rates (minirl.study.validate; ~5 s each).",
+        default=10,
+        help="Simulated studies per world of known truths that the report puts through its own "
+        "verdict rules, to state their bias and error rates (minirl.study.validate; five worlds, "
+        "~20 s a repetition).",
     )
     jobs: Annotated[
         int, Range(ge=1, le=MAX_JOBS, why="each job is a process holding its own model")
@@ -469,6 +497,8 @@ class StudyArgs:
 def validate_study(args: StudyArgs) -> None:
     check_fields(args)  # every field's type and range (minirl.validation)
     check_model(args.model)
+    if args.control:
+        check_model(args.control)
     names = [t.strip() for t in args.tasks.split(",") if t.strip()]
     if not names:
         raise ConfigError("--tasks is empty")

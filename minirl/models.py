@@ -9,11 +9,12 @@ The recipe is QLoRA's, at any scale:
 Only the LoRA matrices are trained. The reference policy for the KL term is the *same* model
 with its adapters switched off (`model.disable_adapter()`), so no second copy is held.
 
-`name` is `tiny` (the embedded base for the task, from minirl.tiny, built on first use),
-`smollm2` (a real 135M chat model converted once from a GGUF file, minirl.smollm2), a local
-checkpoint directory, or a hub id `owner/name` such as `Qwen/Qwen2.5-0.5B-Instruct` (needs
-internet once and, in practice, a GPU; minirl.tools.gpu_memory estimates what a run needs). A hub
-id is the only name that reaches the network; a name that is none of these is refused at once.
+`name` is `tiny` (the embedded base for the task, from minirl.tiny, built on first use;
+`tiny-sticky` and `tiny-truncated` are its variants with a recovery deficit), `smollm2` (a real
+135M chat model converted once from a GGUF file, minirl.smollm2), a local checkpoint directory,
+or a hub id `owner/name` such as `Qwen/Qwen2.5-0.5B-Instruct` (needs internet once and, in
+practice, a GPU; minirl.tools.gpu_memory estimates what a run needs). A hub id is the only name
+that reaches the network; a name that is none of these is refused at once.
 `quant="none"` skips quantization; the rest of the path is identical.
 """
 
@@ -38,7 +39,7 @@ from transformers.utils import logging as hf_logging
 
 from minirl.chat import word_level
 from minirl.errors import CheckpointError, ModelLoadError
-from minirl.validation import MODEL_CHOICES, check_model
+from minirl.validation import MODEL_CHOICES, TINY_MODELS, check_model
 
 QUANT_CHOICES = ("nf4", "none")
 
@@ -52,10 +53,11 @@ def resolve_model_path(name: str, task: str = "gridnav") -> str:
 
     Any other name must be a model directory or a hub id (minirl.validation.check_model).
     """
-    if name == "tiny":
+    if name in TINY_MODELS:  # tiny, or tiny-<demonstrator> (a base with a recovery deficit)
         from minirl.tiny import TinyRecipe, ensure_tiny
 
-        return str(ensure_tiny(TinyRecipe.for_task(task)).path)
+        recipe = TinyRecipe.for_task(task, name.partition("-")[2] or "uniform")
+        return str(ensure_tiny(recipe).path)
     if name == "smollm2":
         from minirl.smollm2 import ensure_smollm2
 

@@ -89,20 +89,42 @@ class TinyRecipe:
     """Linear warmup steps."""
     version: int = 1
     """Bumped when the build code changes in a way the fields above do not capture."""
+    demonstrator: str = "uniform"
+    """What the demonstrations do after an error (DEMONSTRATORS): "uniform" noise at every turn
+    (no recovery deficit), "sticky" (repeats a failed action) or "truncated" (stop at it)."""
+    stick: float = 0.6
+    """For "sticky": the chance that the turn after a failed error repeats it."""
 
     @classmethod
-    def for_task(cls, task: str) -> TinyRecipe:
-        """The default recipe, warm-started on one task.
+    def for_task(cls, task: str, demonstrator: str = "uniform") -> TinyRecipe:
+        """The default recipe, warm-started on one task (`tiny`; `tiny-<demonstrator>`).
 
         One base per task, not one for all: at this size a four-task mixture stayed at the
         uniform-action plateau for the whole build budget (loss 0.80 against an optimum of 0.57
         after 300 steps), while gridnav alone left it within 40 steps.
         """
-        return cls(tasks=((task, 1.0),), **TASK_RECIPES.get(task, {}))
+        if demonstrator not in DEMONSTRATORS:
+            raise ValueError(f"unknown demonstrator {demonstrator!r}; one of {DEMONSTRATORS}")
+        return cls(tasks=((task, 1.0),), **TASK_RECIPES.get(task, {}), demonstrator=demonstrator)
 
     def key(self) -> str:
-        blob = json.dumps(dataclasses.asdict(self), sort_keys=True)
+        fields = dataclasses.asdict(self)
+        if self.demonstrator == "uniform":  # added later: today's bases keep their keys (caches)
+            del fields["demonstrator"], fields["stick"]
+        blob = json.dumps(fields, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+# The demonstrators of the warm start. A pretrained agent is not uniformly noisy: once off the
+# path its training showed it, it loops and repeats what just failed. "uniform" has no such
+# failure mode (a state after an error looks like any other to it: the study's control);
+# "sticky" repeats a *failed* error (a non-optimal action the environment reported as failing:
+# a bump, a refuted guess, "nothing happens") with probability `stick`, and a repeat that fails
+# again may be repeated again: the loop. Only failures the conversation shows trigger it, so
+# the base can learn when to loop (a detour looks like any move); "truncated" ends every
+# demonstration at its first error, so the states after an error are off the training
+# distribution, as they are for an agent cloned from successful demonstrations only.
+DEMONSTRATORS: tuple[str, ...] = ("uniform", "sticky", "truncated")
 
 
 # Per-task departures from the default recipe, each measured (see the module docstring). Keys
@@ -134,27 +156,64 @@ class Demo:
     expert_entropy: list[float]  # entropy (nats) of the demonstrator's action choice at each turn
 
 
-def noisy_demo(task: str, seed: int, budget: int, epsilon: float, rng: random.Random) -> Demo:
-    """Play one episode with the epsilon-noisy oracle, with the budget visible as in rollouts."""
+def noisy_demo(
+    task: str,
+    seed: int,
+    budget: int,
+    epsilon: float,
+    rng: random.Random,
+    demonstrator: str = "uniform",
+    stick: float = 0.6,
+) -> Demo:
+    """Play one episode with the epsilon-noisy oracle, with the budget visible as in rollouts.
+
+    After an error (a non-optimal action) the demonstrator does what DEMONSTRATORS says; for
+    "uniform" it draws exactly what it always drew, so today's bases are unchanged.
+    """
     env = tasks.make(task)
     obs = env.reset(seed)
     observations, replies = [budget_text(obs, budget)], []
     success = False
     entropies: list[float] = []
+    failed = False  # was the previous action an error that the environment reported failing?
     for turn in range(budget):
         optimal = sorted(env.optimal_actions())
-        entropies.append(_mixture_entropy(len(env.action_words), len(optimal), epsilon))
-        if rng.random() < epsilon:
+        entropy = _mixture_entropy(len(env.action_words), len(optimal), epsilon)
+        if demonstrator == "sticky" and failed:
+            entropies.append(
+                _sticky_entropy(env.action_words, optimal, replies[-1], epsilon, stick)
+            )
+            repeat = rng.random() < stick
+        else:
+            entropies.append(entropy)
+            repeat = False
+        if repeat:
+            action = replies[-1]
+        elif rng.random() < epsilon:
             action = rng.choice(env.action_words)
         else:
             action = rng.choice(optimal)
         step = env.step(action)
         replies.append(action)
         success = step.info["success"]
-        if step.done:
+        erred = action not in optimal
+        failed = erred and bool(step.info.get("mistake") or step.info.get("error"))
+        if step.done or (demonstrator == "truncated" and erred):
             break
         observations.append(budget_text(step.observation, budget - turn - 1))
     return Demo(task, env.system_prompt, observations[: len(replies)], replies, success, entropies)
+
+
+def _sticky_entropy(
+    words: tuple[str, ...], optimal: list[str], last: str, epsilon: float, stick: float
+) -> float:
+    """Entropy of "repeat `last` w.p. stick, else the epsilon-noisy oracle's choice"."""
+    probs = [
+        stick * (a == last)
+        + (1 - stick) * (epsilon / len(words) + (1 - epsilon) * (a in optimal) / len(optimal))
+        for a in words
+    ]
+    return -sum(p * math.log(p) for p in probs if p > 0)
 
 
 def _mixture_entropy(n_words: int, n_optimal: int, epsilon: float) -> float:
@@ -175,7 +234,7 @@ def demo_stream(recipe: TinyRecipe, rng: random.Random):
         task = rng.choices(names, weights)[0]
         seed = rng.choice(tasks.TRAIN_SEEDS)
         budget = rng.randint(recipe.budget_min, recipe.budget_max)
-        yield noisy_demo(task, seed, budget, recipe.epsilon, rng)
+        yield noisy_demo(task, seed, budget, recipe.epsilon, rng, recipe.demonstrator, recipe.stick)
 
 
 # --- tokenizer and model -------------------------------------------------------------------------
@@ -190,7 +249,8 @@ def corpus_words(recipe: TinyRecipe, rng: random.Random, episodes: int = 400) ->
         env = tasks.make(name)
         lines.append(env.system_prompt)
         lines.append(" ".join(env.action_words))
-    stream = demo_stream(dataclasses.replace(recipe, epsilon=0.7), rng)
+    # The uniform demonstrator's words: a truncated one never shows what follows an error.
+    stream = demo_stream(dataclasses.replace(recipe, epsilon=0.7, demonstrator="uniform"), rng)
     for _ in range(episodes):
         demo = next(stream)
         lines.extend(demo.observations)

@@ -198,12 +198,18 @@ def parse_ints(text: str, flag: str, largest: int, why: str) -> list[int]:
 # A hub id names its owner: "Qwen/Qwen2.5-0.5B-Instruct". A bare word that is neither `tiny`,
 # `smollm2` nor a directory (a typo such as "tinyx") is refused without asking the network.
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
-MODEL_CHOICES = "'tiny', 'smollm2', a model directory, or a hub id like Qwen/Qwen2.5-0.5B-Instruct"
+# The embedded bases: `tiny` (uniform-noise demonstrations) and the variants whose base has a
+# recovery deficit (minirl.tiny.DEMONSTRATORS; a test keeps the two lists in step).
+TINY_MODELS: tuple[str, ...] = ("tiny", "tiny-sticky", "tiny-truncated")
+MODEL_CHOICES = (
+    "'tiny' (or 'tiny-sticky', 'tiny-truncated'), 'smollm2', a model directory, or a hub id like "
+    "Qwen/Qwen2.5-0.5B-Instruct"
+)
 
 
 def check_model(name: str) -> None:
     """Refuse, before anything loads, a --model that names no model (ModelLoadError)."""
-    if name in ("tiny", "smollm2"):
+    if name in TINY_MODELS or name == "smollm2":
         return
     path = Path(name).expanduser()
     if path.is_dir():

@@ -74,35 +74,82 @@ def test_decision_states_are_exact_conversation_prefixes(quick_policy) -> None:
         assert text.rstrip().endswith("assistant")
 
 
-def test_post_error_states_end_just_after_the_first_error_and_name_its_kind(quick_policy) -> None:
+def simulated_episodes(task: str, budget: int, n: int) -> list[Episode]:
+    """Base episodes of a simulated policy, as Episode records (one token per reply), so the
+    fixed states can be drawn without a model that plays well enough to leave errors behind."""
+    from minirl.study import simulate
+
+    seeds = list(tasks.EVAL_SEEDS[:20])
+    played = simulate.episodes(task, seeds, simulate.SimPolicy(0.6, 0.6), budget, n, 1)
+    found = []
+    for seed, row in zip(seeds, played, strict=True):
+        for sim in row:
+            env = tasks.make(task)
+            env.reset(seed)
+            e = Episode(task, seed, 0, budget, True, env.optimal_length)
+            for j, action in enumerate(sim.actions):
+                step = env.step(action)
+                e.turns.append(
+                    Turn(action, action, True, step.info["mistake"], sim.optimal[j], 0, 0, 0)
+                )
+                e.extend([100 + j], 1, j)
+            found.append(e)
+    return found
+
+
+def test_post_error_states_follow_the_first_error_and_their_matches_share_their_key() -> None:
     from minirl.eval.analysis import error_free
-    from minirl.eval.recovery import KINDS, post_error_states, recover
+    from minirl.eval.recovery import KINDS, covariates, match_key, recovery_states
+
+    episodes = simulated_episodes("fog", 10, 4)
+    fixed = recovery_states(episodes, 40, seed=1, horizon=2, per_state=3)
+    again = recovery_states(episodes, 40, seed=1, horizon=2, per_state=3)
+    assert (fixed.post, fixed.kinds, fixed.matches) == (again.post, again.kinds, again.matches)
+    assert len(fixed.post) == 40 and set(fixed.kinds) <= set(KINDS) and set(fixed.after) == {1, 2}
+    for state, kind, after, found in zip(
+        fixed.post, fixed.kinds, fixed.after, fixed.matches, strict=True
+    ):
+        # The state ends `after` - 1 of the base's replies after its first error, reply j.
+        j = len(state.replies) - after + 1
+        e = next(
+            e
+            for e in episodes
+            if e.seed == state.seed
+            and tuple(t.reply for t in e.turns[: j + after - 1]) == state.replies
+        )
+        assert error_free(e, j - 1) and not e.turns[j - 1].optimal
+        assert len(state.replies) < e.turns_used  # the base played on from it
+        # Its kind is what the env said of the first error, replayed from the start.
+        env = tasks.make("fog")
+        env.reset(state.seed)
+        for reply in state.replies[: j - 1]:
+            env.step(reply)
+        info = env.step(state.replies[j - 1]).info
+        assert kind == info.get("error") or ("avoidable" if info["mistake"] else "detour")
+        assert list(state.prompt_ids) == e.input_ids[: len(state.prompt_ids)]
+        # Every match is a fresh state of the base's episodes with the same turn, distance and
+        # number of optimal actions.
+        assert 1 <= len(found) <= 3
+        for i in found:
+            fresh = fixed.matched[i]
+            assert match_key(**covariates(fresh)) == match_key(**covariates(state))
+            assert any(
+                e.seed == fresh.seed
+                and tuple(t.reply for t in e.turns[: len(fresh.replies)]) == fresh.replies
+                and error_free(e, len(fresh.replies))
+                for e in episodes
+            )
+
+
+def test_recovery_plays_on_from_the_states_and_counts_add_up(quick_policy) -> None:
+    from minirl.eval.analysis import state_at
+    from minirl.eval.recovery import recover
 
     model, tok = quick_policy
     episodes = sweep(model, tok, "fog", [6], SEEDS, 3, budget_visible=True)[6]
-    states, kinds = post_error_states(episodes, 12, seed=1)
-    assert (states, kinds) == post_error_states(episodes, 12, seed=1)  # deterministic
-    assert states and len(states) == len(kinds) and set(kinds) <= set(KINDS)
-    by_key = {(e.seed, tuple(t.reply for t in e.turns)): e for e in episodes}
-    for state, kind in zip(states, kinds, strict=True):
-        j = len(state.replies)  # the error was reply j (1-based): the state ends just after it
-        e = next(e for (s, r), e in by_key.items() if s == state.seed and r[:j] == state.replies)
-        assert error_free(e, j - 1) and not e.turns[j - 1].optimal and j < e.turns_used
-        # Its kind is what the env said of that action, replayed from the start.
-        env = tasks.make("fog")
-        env.reset(state.seed)
-        for reply in state.replies[:-1]:
-            env.step(reply)
-        info = env.step(state.replies[-1]).info
-        turn = e.turns[j - 1]
-        expected = (
-            "invalid"
-            if not turn.valid
-            else info.get("error") or ("avoidable" if turn.mistake else "detour")
-        )
-        assert kind == expected
-        # The conversation is the episode's, exactly, up to the next assistant reply.
-        assert list(state.prompt_ids) == e.input_ids[: len(state.prompt_ids)]
+    picked = [e for e in episodes if e.turns_used > 1][:12]
+    states = [state_at(e, 1) for e in picked]
+    kinds = ["invalid" if not e.turns[0].valid else "detour" for e in picked]
     # Recovery plays `samples` continuations from each state; its counts add up to its rates.
     r = recover(model, tok, states, kinds, samples=2)
     assert len(r.optimal_counts) == len(states) and max(r.success_counts) <= 2

@@ -19,7 +19,8 @@ import evaluate  # noqa: E402
 
 @pytest.mark.slow
 def test_toy_study_writes_every_section_and_plot_from_the_data(tmp_path, monkeypatch) -> None:
-    """The full pipeline at toy size: 4 arms x 2 seeds x 2 tasks, 2 steps each, then the report."""
+    """The full pipeline at toy size: 4 arms x 2 seeds x 2 tasks, 2 steps each, the control
+    base alone, then the report."""
     from minirl.tiny import TinyRecipe, ensure_tiny
 
     monkeypatch.setenv("MINIRL_CACHE", str(tmp_path / "cache"))
@@ -30,6 +31,8 @@ def test_toy_study_writes_every_section_and_plot_from_the_data(tmp_path, monkeyp
     flags = [
         "--study",
         "--model",
+        str(model),
+        "--control",
         str(model),
         "--tasks",
         "gridnav,hilo",
@@ -66,7 +69,9 @@ def test_toy_study_writes_every_section_and_plot_from_the_data(tmp_path, monkeyp
     commit = json.loads((out / "study.json").read_text())["commit"]
     assert commit and f"at commit {commit}." in report
     for section in (
-        "## Power",
+        "## What the study shows",
+        "## Power, and the rules on simulated truths",
+        "## 0. Did RL move the policy",
         "## Verdicts at a glance",
         "## 1. Budget dependence",
         "## 2. Where RL helps",
@@ -74,11 +79,11 @@ def test_toy_study_writes_every_section_and_plot_from_the_data(tmp_path, monkeyp
         "## 4. Process supervision",
     ):
         assert section in report
-    # One glance row per test: per task 3 budget, 4 recovery, 2 robustness, 3 process.
+    # One glance row per test: per task 3 budget, 4 recovery, 1 robustness, 1 process.
     glance = report.split("## Verdicts at a glance")[1].split("## 1.")[0]
-    assert sum(line.startswith(("| gridnav |", "| hilo |")) for line in glance.splitlines()) == 24
+    assert sum(line.startswith(("| gridnav |", "| hilo |")) for line in glance.splitlines()) == 18
     for task in ("gridnav", "hilo"):
-        assert report.count(f"### {task}") == 3
+        assert report.count(f"### {task}") == 4  # gate, budget, where, robustness
         runs = sorted(p.name for p in (out / task / "runs").iterdir())
         arms = ["budgetmix", "fixed-T12", "fixed-T4", "process"]
         assert runs == [f"{arm}-s{seed}" for arm in arms for seed in (0, 1)]
@@ -88,16 +93,22 @@ def test_toy_study_writes_every_section_and_plot_from_the_data(tmp_path, monkeyp
         # The base row of the budget table is the base grid of results.json, to 3 decimals.
         res = json.loads((out / task / "results.json").read_text())
         base = {c["t"]: c["mean"] for c in res["checkpoints"]["base"]["grid"] if c["k"] == 1}
-        section = report.split(f"### {task}")[1]
+        section = report.split("## 1. Budget dependence")[1].split(f"### {task}")[1]
         row = next(line for line in section.splitlines() if line.startswith("| base Pass@"))
         assert [float(x.split("±")[0]) for x in row.split("|")[2:-1]] == [
             round(base[t], 3) for t in (2, 4)
         ]
-        # Every arm was asked in the same post-error states, drawn from base episodes.
+        # Every arm was asked in the same post-error and matched fresh states (this toy base
+        # replies nonsense, so no fresh state reaches a later turn, and nothing is matched).
         states = res["meta"]["post_error_states"]
-        assert 0 < len(states) <= 8
+        assert len(states) <= 8
         for entry in res["checkpoints"].values():
-            assert len(entry["analysis"]["from_errors"]["optimal_counts"]) == len(states)
+            errors = entry["analysis"]["from_errors"]
+            assert errors is None or len(errors["optimal_counts"]) == len(states)
+        # The control base was evaluated alone, on the same instances.
+        control = json.loads((out / task / "control" / "results.json").read_text())
+        assert list(control["checkpoints"]) == ["base"]
+        assert control["meta"]["seeds"] == res["meta"]["seeds"]
     for link in re.findall(r"\]\(([^)]+)\)", report):  # every linked file exists
         assert (out / link).is_file(), link
         if link.endswith(".png"):
@@ -112,10 +123,8 @@ def test_toy_study_writes_every_section_and_plot_from_the_data(tmp_path, monkeyp
     rerun = (out / "report.md").read_text()
     minutes = first["total_seconds"] / 60
     assert f"The invocation that measured it took {minutes:.1f} minutes" in rerun
-    assert timings["hilo/evaluation"] == {
-        "seconds": first["hilo/evaluation"]["seconds"],
-        "status": "reused",
-    }
+    for part in ("hilo/evaluation", "hilo/control"):
+        assert timings[part] == {"seconds": first[part]["seconds"], "status": "reused"}
     assert os.environ["MINIRL_CACHE"] == str(tmp_path / "cache")
 
 

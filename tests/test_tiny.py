@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -115,3 +117,68 @@ def test_task_recipes_leave_the_other_bases_alone() -> None:
     for task, fields in TASK_RECIPES.items():
         recipe = TinyRecipe.for_task(task)
         assert all(getattr(recipe, k) == v for k, v in fields.items())
+
+
+def test_sticky_and_truncated_demonstrators_do_what_they_say_after_an_error() -> None:
+    """sticky repeats a failed error (a bump) w.p. stick (or by chance, as any noisy turn may),
+    and nothing else; truncated stops at the first error; uniform, the control, draws what it
+    always drew."""
+    import random
+
+    import tasks
+    from minirl.tiny import DEMONSTRATORS, noisy_demo
+    from minirl.validation import TINY_MODELS
+
+    assert [m.partition("-")[2] or "uniform" for m in TINY_MODELS] == list(DEMONSTRATORS)
+    rng = random.Random(0)
+    repeats = chances = other_repeats = other_chances = 0
+    for seed in range(400):
+        demo = noisy_demo("gridnav", seed, 10, 0.5, rng, "sticky", 0.6)
+        env = tasks.make("gridnav")
+        env.reset(seed)
+        failed, detour, prev = False, False, ""
+        for reply in demo.replies:
+            optimal = env.optimal_actions()
+            # After a bump: the same action w.p. 0.6 + 0.4 * its noise; after a detour or a good
+            # move, only by the noise (and the oracle's own choice).
+            noise = 0.5 / 4 + 0.5 * (prev in optimal) / len(optimal)
+            if failed:
+                chances += 0.6 + 0.4 * noise
+                repeats += reply == prev
+            elif detour:
+                other_chances += noise
+                other_repeats += reply == prev
+            info = env.step(reply).info
+            erred = reply not in optimal
+            failed, detour, prev = erred and info["mistake"], erred and not info["mistake"], reply
+    assert chances > 300 and repeats == pytest.approx(chances, rel=0.1)
+    assert other_chances > 30 and other_repeats == pytest.approx(other_chances, rel=0.3)
+    for seed in range(100):
+        demo = noisy_demo("fog", seed, 10, 0.7, rng, "truncated")
+        env = tasks.make("fog")
+        env.reset(seed)
+        flags = []
+        for reply in demo.replies:
+            flags.append(reply in env.optimal_actions())
+            env.step(reply)
+        assert all(flags[:-1]) and (not flags[-1] or demo.success or len(flags) == 10)
+        assert len(demo.observations) == len(demo.replies)
+    # The control's demonstrations are unchanged by the new fields, and so is its cache key.
+    a, b = random.Random(3), random.Random(3)
+    assert noisy_demo("fog", 5, 8, 0.7, a) == noisy_demo("fog", 5, 8, 0.7, b, "uniform", 0.9)
+    fields = dataclasses.asdict(TinyRecipe.for_task("fog"))
+    del fields["demonstrator"], fields["stick"]
+    blob = json.dumps(fields, sort_keys=True).encode()
+    assert TinyRecipe.for_task("fog").key() == hashlib.sha256(blob).hexdigest()[:12]
+    assert TinyRecipe.for_task("fog", "sticky").key() != TinyRecipe.for_task("fog").key()
+
+
+def test_the_sticky_demonstrators_entropy_by_hand() -> None:
+    """4 actions, one optimal (a), the last action b was an error, epsilon 0.5, stick 0.5:
+    P(a) = 0.5 (0.125 + 0.5), P(b) = 0.5 + 0.5 * 0.125, P(c) = P(d) = 0.5 * 0.125."""
+    from minirl.tiny import _sticky_entropy
+
+    probs = [0.3125, 0.5625, 0.0625, 0.0625]
+    expected = -sum(p * math.log(p) for p in probs)
+    got = _sticky_entropy(("a", "b", "c", "d"), ["a"], "b", 0.5, 0.5)
+    assert got == pytest.approx(expected)

@@ -5,8 +5,9 @@ This is the engine behind `evaluate.py` (and the study). For each checkpoint it
 2. plays n episodes per instance and budget (minirl.eval.sampler), from the same sampling seed,
 3. turns the success counts into the K x T grid (minirl.eval.passkt),
 4. runs the analyses (minirl.eval.analysis) on the episodes at the largest T, single-step
-   quality on one set of fresh states and recovery on one set of post-error states
-   (minirl.eval.recovery), both sampled once from the base policy, and measures its feedback use
+   quality on one set of fresh states and recovery on one set of post-error states, each
+   matched to fresh states (minirl.eval.recovery), all sampled once from the base policy, and
+   measures its feedback use
    at every T from the same episodes (minirl.eval.feedback).
 Beside them goes the open-loop yardstick at every T (minirl.eval.openloop): what the best policy
 that never reads an observation wins, the line a checkpoint must clear to show multi-turn skill.
@@ -43,7 +44,7 @@ from minirl.eval.analysis import (
 from minirl.eval.feedback import feedback_use
 from minirl.eval.openloop import yardsticks
 from minirl.eval.passkt import pass_at_kt
-from minirl.eval.recovery import post_error_states, recover
+from minirl.eval.recovery import covariates, recover, recovery_states
 from minirl.eval.results import (
     Analysis,
     CheckpointResult,
@@ -224,22 +225,42 @@ def compare(args: EvalArgs, progress: bool = True, samples: Path | None = None) 
         states = sample_states(
             state_episodes, args.decision_states, seed=args.seed, where=error_free
         )
-        after_errors, kinds = post_error_states(
-            state_episodes, args.recovery_states, seed=args.seed, task_text=results.meta.task_text
+        text = results.meta.task_text
+        fixed = recovery_states(
+            state_episodes,
+            args.recovery_states,
+            seed=args.seed,
+            task_text=text,
+            horizon=args.recovery_horizon,
+            per_state=args.recovery_matches,
         )
+        after_errors, matched = fixed.post, fixed.matched
         results.meta.decision_samples = args.decision_samples
         results.meta.decision_states = [
-            {"seed": s.seed, "turn": len(s.replies) + 1, "replies": list(s.replies)} for s in states
+            {"seed": s.seed, "replies": list(s.replies), **covariates(s, text)} for s in states
         ]
         results.meta.post_error_states = [
             {
                 "seed": s.seed,
-                "turn": len(s.replies) + 1,
                 "replies": list(s.replies),
+                **c,
                 "kind": kind,
                 "turns_left": s.budget - len(s.replies),
+                "after": after,
+                "matches": m,
             }
-            for s, kind in zip(after_errors, kinds, strict=True)
+            for s, c, kind, after, m in zip(
+                after_errors,
+                fixed.post_covariates,
+                fixed.kinds,
+                fixed.after,
+                fixed.matches,
+                strict=True,
+            )
+        ]
+        results.meta.matched_states = [
+            {"seed": s.seed, "replies": list(s.replies), **c}
+            for s, c in zip(matched, fixed.matched_covariates, strict=True)
         ]
         del base_model, base_policy
         results.open_loop = yardsticks(args.task, ts)  # cached: seconds once, then nothing
@@ -292,10 +313,7 @@ def compare(args: EvalArgs, progress: bool = True, samples: Path | None = None) 
                 bootstrap=args.bootstrap,
                 seed=args.seed,
             )
-            decision = decision_quality(
-                policy,
-                tokenizer,
-                states,
+            ask = dict(
                 samples=args.decision_samples,
                 max_new_tokens=args.max_new_tokens,
                 temperature=args.temperature,
@@ -304,20 +322,10 @@ def compare(args: EvalArgs, progress: bool = True, samples: Path | None = None) 
                 batch_size=args.batch_size,
                 engine=args.rollout_engine,
             )
+            decision = decision_quality(policy, tokenizer, states, **ask)
+            on_matched = decision_quality(policy, tokenizer, matched, **ask) if matched else None
             from_errors = (
-                recover(
-                    policy,
-                    tokenizer,
-                    after_errors,
-                    kinds,
-                    samples=args.decision_samples,
-                    max_new_tokens=args.max_new_tokens,
-                    temperature=args.temperature,
-                    task_text=results.meta.task_text,
-                    seed=args.seed,
-                    batch_size=args.batch_size,
-                    engine=args.rollout_engine,
-                )
+                recover(policy, tokenizer, after_errors, fixed.kinds, **ask)
                 if after_errors
                 else None
             )
@@ -333,6 +341,7 @@ def compare(args: EvalArgs, progress: bool = True, samples: Path | None = None) 
                     efficiency={t: turn_efficiency(episodes[t]) for t in ts},
                     invalid_rate=sum(not x.valid for e in at_max for x in e.turns) / max(1, turns),
                     from_errors=from_errors,
+                    matched=on_matched,
                 ),
                 seconds=round(time.perf_counter() - started, 2),
                 successes=counts,

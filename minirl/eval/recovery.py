@@ -1,4 +1,4 @@
-"""Error recovery, measured the way single-step quality is: from fixed post-error states.
+"""Error recovery, measured the way single-step quality is: in fixed states, against matched ones.
 
 Why not P(success | an error) over each checkpoint's own episodes: a policy that errs less has a
 different, selected set of erring episodes. On a fully observed task where an error-free episode
@@ -7,42 +7,113 @@ share, so a policy with a better single step and no recovery skill at all moves 
 shows this on simulated policies). The fix is the one single-step quality already uses: ask every
 checkpoint in the *same* states.
 
-1. States. From base-policy episodes (sampled once, shared by every compared checkpoint), take
-   each episode's first error: the first turn j whose action was not oracle-optimal. The
-   post-error state is the conversation just after it (replies 1..j, the exact token ids up to
-   reply j + 1), with T - j turns left. Episodes whose error was their last turn give no state.
-2. Kinds. Each state is labelled by what the error was:
+1. Post-error states. From base-policy episodes (sampled once, shared by every compared
+   checkpoint), take each episode's first error: the first turn j whose action was not
+   oracle-optimal. The post-error state at position 1 is the conversation just after it (replies
+   1..j); at position i it is the base's own conversation i - 1 replies later, so the next few
+   actions after an error are scored, each in a fixed state: a policy that gets back on track one
+   move later than it should is seen at position 2, and no checkpoint chooses its own states.
+2. Kinds. Each state is labelled by what its first error was:
      invalid      the reply named no action (or two);
      avoidable    the action failed, and the history could have told (a known wall, a
                   contradicted guess, a known-empty drawer: the task's info["error"]);
      unavoidable  the action failed, and nothing seen so far could have told;
      detour       the action worked but was not on a shortest path (every non-optimal move of a
                   fully observed task that does not bump).
-3. Measures. Each checkpoint plays `samples` continuations from every state to the end of its
-   budget. Two numbers per state: how many next actions were optimal (the same scale as
-   single-step quality, which minirl.eval.analysis measures on *fresh* states, with no error in
-   their history), and how many continuations succeeded within the turns left.
+3. Matched fresh states. A post-error state differs from a random fresh state (one with no error
+   behind it) in more than the error: it is later in the episode, farther from the goal, and may
+   allow more optimal actions. Each post-error state is therefore matched to fresh states of the
+   base's episodes with the same *key*: turn, oracle distance to the goal (rounded) and number of
+   optimal actions (`match_key`, capped where states grow rare). Same-instance fresh states come
+   first. Exact matching on instance as well is impossible on gridnav: an error-free prefix of
+   j - 1 actions is at distance L - j + 1 from the goal, and a post-error state at the same turn
+   is one or two steps farther, so matches come from other instances with the same key: those
+   whose base failure rate is closest (errors come more often from hard instances, and a gain
+   that is larger on hard instances would otherwise pass for recovery). A post-error state with
+   no match leaves the comparison (the report counts them).
+4. Measures. Every checkpoint samples its next action in every post-error state and every
+   matched fresh state (the same scale as single-step quality), and plays `samples`
+   continuations from each post-error state to the end of its budget (success within the turns
+   left; descriptive).
 
-A policy that gains only single-step quality gains about equally on fresh and post-error states;
-one that has learned to recover gains more after an error. minirl.study.claims tests exactly that
-difference of differences, paired over the shared states.
+A policy with no recovery skill acts in a post-error state as it does in a fresh state with the
+same key; minirl.study.claims tests the difference, paired over the shared states.
 """
 
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass, field
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 import tasks
 from minirl.engine import DenseDecoder, for_sampling
 from minirl.episode import Episode, EpisodeSpec
-from minirl.eval.analysis import first_error, state_at
+from minirl.eval.analysis import error_free, first_error, replay, state_at
 from minirl.eval.results import Rate, StateRecovery
 from minirl.eval.sampler import seeded
 from minirl.rollout import rollout
 
 KINDS: tuple[str, ...] = ("invalid", "avoidable", "unavoidable", "detour")
+# Where the key stops distinguishing: late turns, long distances and many optimal actions are
+# rare in fresh states, and a cap keeps them matchable (a turn-7 state matches turns >= 6).
+TURN_CAP, DISTANCE_CAP, OPTIMAL_CAP = 6, 8, 3
+
+Key = tuple[int, int, int]
+
+
+def match_key(turn: int, distance: float, optimal: int) -> Key:
+    """What a post-error state and its fresh matches share: turn, distance, optimal actions."""
+    near = DISTANCE_CAP if distance != distance or distance > DISTANCE_CAP else round(distance)
+    return min(turn, TURN_CAP), near, min(optimal, OPTIMAL_CAP)
+
+
+def covariates(state: EpisodeSpec, task_text: str = "compact") -> dict:
+    """A state's turn (1-based, of the next action), oracle distance and optimal-action count."""
+    env = replay(state, task_text)
+    return {
+        "turn": len(state.replies) + 1,
+        "distance": float(env.distance()),
+        "optimal": len(env.optimal_actions()),
+    }
+
+
+def match(
+    post: list[tuple[int, Key]],
+    fresh: list[tuple[int, Key]],
+    per_state: int,
+    hardness: dict[int, float] | None = None,
+) -> list[list[int]]:
+    """For each (instance, key) of `post`, up to `per_state` indices into `fresh` with its key.
+
+    Fresh states of the same instance come first; then those of the instances closest in
+    `hardness` (the base's failure rate on the instance, so that a post-error state, which
+    comes more often from a hard instance, is not compared with easy ones); ties keep `fresh`'s
+    order (the caller shuffles it once with its own seed). A fresh state may serve several
+    post-error states.
+    """
+    by_key: dict[Key, list[int]] = {}
+    for i, (_, key) in enumerate(fresh):
+        by_key.setdefault(key, []).append(i)
+    hard = hardness or {}
+    found = []
+    for instance, key in post:
+        here = hard.get(instance, 0.0)
+        ranked = sorted(
+            by_key.get(key, []),
+            key=lambda i: (fresh[i][0] != instance, abs(hard.get(fresh[i][0], 0.0) - here)),
+        )
+        found.append(ranked[:per_state])
+    return found
+
+
+def hardness(episodes: list[Episode]) -> dict[int, float]:
+    """Each instance's failure rate among the base's episodes (the matching's tie-breaker)."""
+    runs: dict[int, list[bool]] = {}
+    for e in episodes:
+        runs.setdefault(e.seed, []).append(not e.success)
+    return {seed: sum(v) / len(v) for seed, v in runs.items()}
 
 
 def error_kind(episode: Episode, j: int, task_text: str = "compact") -> str:
@@ -64,23 +135,70 @@ def error_kind(episode: Episode, j: int, task_text: str = "compact") -> str:
     return "avoidable" if turn.mistake else "detour"
 
 
-def post_error_states(
-    episodes: list[Episode], count: int, seed: int = 0, task_text: str = "compact"
-) -> tuple[list[EpisodeSpec], list[str]]:
-    """Up to `count` post-error states (and their kinds), one per erring episode at most.
+@dataclass
+class RecoveryStates:
+    """The fixed states of the recovery measure, drawn once from base episodes."""
 
-    Drawn with their own RNG from the episodes whose first error left at least one turn, so the
+    post: list[EpisodeSpec] = field(default_factory=list)
+    kinds: list[str] = field(default_factory=list)  # of each post-error state's first error
+    after: list[int] = field(default_factory=list)  # position: actions since the first error
+    post_covariates: list[dict] = field(default_factory=list)
+    matched: list[EpisodeSpec] = field(default_factory=list)  # fresh states matched to them
+    matched_covariates: list[dict] = field(default_factory=list)
+    matches: list[list[int]] = field(default_factory=list)  # per post state: into `matched`
+
+
+def pick(found: list[list[int]], count: int, rng: random.Random) -> list[int]:
+    """Up to `count` post-error candidates, drawn at random among those with a match first, then
+    (if too few have one) among the others, which enter the descriptive rates only."""
+    matched = [k for k, m in enumerate(found) if m]
+    alone = [k for k, m in enumerate(found) if not m]
+    picks = rng.sample(matched, min(count, len(matched)))
+    picks += rng.sample(alone, min(count - len(picks), len(alone)))
+    return sorted(picks)
+
+
+def recovery_states(
+    episodes: list[Episode],
+    count: int,
+    seed: int = 0,
+    task_text: str = "compact",
+    horizon: int = 1,
+    per_state: int = 2,
+) -> RecoveryStates:
+    """Up to `count` post-error states at positions 1..horizon, each with its fresh matches.
+
+    Candidates are every (episode, position) whose state exists (the episode went on); `count`
+    of them are drawn (`pick`: those with a fresh match first) with an RNG of their own, so the
     same episodes and seed always give the same states.
     """
+    rng = random.Random(seed)
+    pool = [(e, j) for e in episodes for j in range(e.turns_used) if error_free(e, j)]
+    rng.shuffle(pool)
+    pool_covariates = [covariates(state_at(e, j), task_text) for e, j in pool]
+    fresh = [(e.seed, match_key(**c)) for (e, _), c in zip(pool, pool_covariates, strict=True)]
     candidates = []
     for e in episodes:
         j = first_error(e)  # 1-based turn of the first error, or None
-        if j is not None and j < e.turns_used:  # the episode went on after it
-            candidates.append((e, j))
-    rng = random.Random(seed)
-    picks = rng.sample(candidates, min(count, len(candidates)))
-    states = [state_at(e, j) for e, j in picks]
-    return states, [error_kind(e, j - 1, task_text) for e, j in picks]
+        for i in range(1, horizon + 1) if j is not None else ():
+            if j + i - 1 < e.turns_used:  # the episode went on: the state exists
+                candidates.append((e, j, i))
+    states = [state_at(e, j + i - 1) for e, j, i in candidates]
+    post_covariates = [covariates(s, task_text) for s in states]
+    keys = [(s.seed, match_key(**c)) for s, c in zip(states, post_covariates, strict=True)]
+    found = match(keys, fresh, per_state, hardness(episodes))
+    picks = pick(found, count, rng)
+    chosen = sorted({i for k in picks for i in found[k]})
+    index = {i: n for n, i in enumerate(chosen)}
+    return RecoveryStates(
+        post=[states[k] for k in picks],
+        kinds=[error_kind(candidates[k][0], candidates[k][1] - 1, task_text) for k in picks],
+        after=[candidates[k][2] for k in picks],
+        post_covariates=[post_covariates[k] for k in picks],
+        matched=[state_at(*pool[i]) for i in chosen],
+        matched_covariates=[pool_covariates[i] for i in chosen],
+        matches=[[index[i] for i in found[k]] for k in picks],
+    )
 
 
 def recover(

@@ -11,6 +11,7 @@
           decision: DecisionQuality        optimal / valid rates on the fixed fresh states
           recovery: Recovery               success with and without an error (own episodes)
           from_errors: StateRecovery       from the fixed post-error states (minirl.eval.recovery)
+          matched: DecisionQuality         on the fresh states matched to the post-error ones
           horizon: {"1-2": Rate, ...}      success by optimal solution length
           efficiency: {T: Efficiency}      turns used by successful episodes
           invalid_rate
@@ -98,6 +99,7 @@ class Analysis:
     efficiency: dict[int, Efficiency]
     invalid_rate: float
     from_errors: StateRecovery | None = None  # None in files written before it existed
+    matched: DecisionQuality | None = None  # on meta.matched_states (third edition on)
 
 
 @dataclass
@@ -134,8 +136,11 @@ class EvalMeta:
     analysis_budget: int
     minirl_version: str
     device: str
-    decision_states: list[dict] = field(default_factory=list)  # fresh: {seed, turn, replies}
-    post_error_states: list[dict] = field(default_factory=list)  # + kind, turns_left
+    # Fixed states: {seed, turn, replies, distance, optimal}; post-error ones add kind,
+    # turns_left, after (actions since the first error) and matches (into matched_states).
+    decision_states: list[dict] = field(default_factory=list)  # fresh, drawn at random
+    post_error_states: list[dict] = field(default_factory=list)
+    matched_states: list[dict] = field(default_factory=list)  # fresh, matched to post-error
     decision_samples: int = 0  # samples per fixed state and checkpoint
     task_text: str = "compact"  # the tasks' text (tasks.TEXTS); files older than it were compact
 
@@ -200,11 +205,7 @@ def _checkpoint(data: dict) -> CheckpointResult:
     recovery = a["recovery"]
     decision = a["decision"]
     analysis = Analysis(
-        decision=DecisionQuality(
-            _rate(decision["optimal"]),
-            _rate(decision["valid"]),
-            list(decision.get("optimal_counts", [])),
-        ),
+        decision=_decision(decision),
         recovery=Recovery(
             no_error=_rate(recovery["no_error"]),
             after_error=_rate(recovery["after_error"]),
@@ -219,6 +220,7 @@ def _checkpoint(data: dict) -> CheckpointResult:
         },
         invalid_rate=_number(a["invalid_rate"]),
         from_errors=_state_recovery(a["from_errors"]) if a.get("from_errors") else None,
+        matched=_decision(a["matched"]) if a.get("matched") else None,
     )
     return CheckpointResult(
         path=data["path"],
@@ -230,6 +232,12 @@ def _checkpoint(data: dict) -> CheckpointResult:
         seconds=data["seconds"],
         successes={int(t): list(v) for t, v in data.get("successes", {}).items()},
         feedback_use=_feedback(data.get("feedback_use", {})),
+    )
+
+
+def _decision(data: dict) -> DecisionQuality:
+    return DecisionQuality(
+        _rate(data["optimal"]), _rate(data["valid"]), list(data.get("optimal_counts", []))
     )
 
 

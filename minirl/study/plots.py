@@ -3,9 +3,9 @@
 - gap_<task>.png: Pass@(1,T) of each RL arm minus base, against T, with a ±1 stderr band; the
   null (what the arm's single-step gain alone buys at T, dashed); and the oracle's success at T
   on a second axis (no policy can do better, so a gap cannot exist where it is 0);
-- where_<task>.png: per RL arm, the change against base in the optimal-action rate on fresh
-  states and on post-error states (the same scale), and in success from the post-error states,
-  with ±1 stderr bars.
+- where_<task>.png: per RL arm, the change against base in the optimal-action rate on random
+  fresh states, on the post-error states and on their matched fresh states (the same scale), and
+  in success from the post-error states, with ±1 stderr bars.
 """
 
 from __future__ import annotations
@@ -63,9 +63,10 @@ def gap_plot(task: str, found: TaskFindings, path: Path) -> Path:
 
 def where_plot(task: str, found: TaskFindings, path: Path) -> Path:
     measures = {
-        "optimal rate,\nfresh states": lambda r: r.step,
-        "optimal rate,\npost-error states": lambda r: r.post_step,
-        "success from\npost-error states": lambda r: r.post_success,
+        "optimal rate,\nrandom fresh": lambda r: r.step,
+        "optimal rate,\npost-error": lambda r: r.matched_post,
+        "optimal rate,\nmatched fresh": lambda r: r.matched_fresh,
+        "success from\npost-error": lambda r: r.post_success,
     }
     rows = found.where
     fig, ax = plt.subplots(figsize=(7, 3.6))

@@ -1,10 +1,11 @@
 """Power: how large an effect the study can see, planned before it runs and read after.
 
-The smallest effect a one-sided test at level a detects with probability 1 - b is about
-    detectable = (z_{1 - a} + z_{1 - b}) * SE,
-with SE the statistic's standard error. Holm's adjustment tests the smallest of F p-values at
-a / F, so with F tests in the family the level is a / F (a / 2F two-sided): conservative, since
-later tests get a larger level.
+The smallest effect a two-sided test at level a detects with probability 1 - b is about
+    detectable = (t_{1 - a/2} + t_{1 - b}) * SE,
+with SE the statistic's standard error and t Student's quantiles at the test's degrees of
+freedom (the normal's z before the run). Holm's adjustment tests the smallest of F p-values at
+a / F, so with F tests in the family the level is a / 2F two-sided: conservative, since later
+tests get a larger level.
 
 Before running (`plan`), the SEs are predicted from the study's sizes and three assumptions,
 stated in the report beside the numbers:
@@ -32,12 +33,23 @@ def z(p: float) -> float:
     return NormalDist().inv_cdf(p)
 
 
-def detectable(se: float, family: int, two_sided: bool = False, power: float = POWER) -> float:
-    """The smallest true effect found with probability `power` at the family's Bonferroni level."""
-    if math.isnan(se) or family < 1:
+def detectable(
+    se: float,
+    family: int,
+    two_sided: bool = True,
+    power: float = POWER,
+    df: float = math.inf,
+) -> float:
+    """The smallest true effect found with probability `power` at the family's Bonferroni level
+    (Student's t with `df` degrees of freedom, the normal when infinite)."""
+    if math.isnan(se) or math.isnan(df) or family < 1:
         return math.nan
     level = ALPHA / family / (2 if two_sided else 1)
-    return (z(1 - level) + z(power)) * se
+    if math.isinf(df):
+        return (z(1 - level) + z(power)) * se
+    from minirl.study.bootstrap import t_quantile  # the study's t, written by hand there
+
+    return (t_quantile(1 - level, df) + t_quantile(power, df)) * se
 
 
 @dataclass
@@ -64,7 +76,8 @@ def plan(
     icc: float = 0.3,
     seed_sd: float = 0.05,
 ) -> list[Planned]:
-    """Predicted SEs of the three verdict statistics (see the module docstring)."""
+    """Predicted SEs of the three verdict statistics (see the module docstring); for recovery,
+    `fresh_states` is the number of matched fresh states."""
     var = p * (1 - p)
     per_state = samples  # samples per state share the state
     # One arm's rate variance on each unit set (binomial with clustering), and the seed spread.
@@ -73,16 +86,19 @@ def plan(
     # Trained arm: R runs on the same units average their binomial noise only partly (the units
     # are shared), so count it once, conservatively; base has no seed spread.
     gap = math.sqrt(2 * v_pass + v_seed)
-    growth = math.sqrt(2) * gap  # two budgets, taken as independent (conservative)
-    lead = math.sqrt(2 * (v_pass / len(ts)) + 2 * v_seed)  # mean over T of two trained arms
+    # The growth is the least-squares slope of gap - null over the T list, times its range;
+    # the budgets' gaps are taken as independent (conservative: they are positively correlated).
+    centred = sum((t - sum(ts) / len(ts)) ** 2 for t in ts)
+    growth = gap * (max(ts) - min(ts)) / math.sqrt(centred) if centred else math.nan
+    lead = math.sqrt(2 * v_pass + 2 * v_seed)  # BudgetMix against a fixed arm at one T
     deff_state = 1 + (per_state - 1) * icc
     v_logit_f = deff_state / (fresh_states * samples * var)
     v_logit_p = deff_state / (post_states * samples * var)
     seed_logit = (seed_sd / var) ** 2 / seeds  # the seed spread moved to log-odds
     recovery = math.sqrt(2 * (v_logit_f + v_logit_p) + 2 * seed_logit)
     rows = [
-        ("budget dependence: growth of the excess gain", growth, "Pass@1"),
-        ("recovery: dlogit(post-error) - dlogit(fresh)", recovery, "log-odds"),
-        ("robustness: BudgetMix's mean lead over a fixed arm", lead, "Pass@1"),
+        ("budget dependence: growth of gap - null over T", growth, "Pass@1"),
+        ("recovery: dlogit(post-error) - dlogit(matched fresh)", recovery, "log-odds"),
+        ("robustness: BudgetMix's lead over the best fixed arm at one T", lead, "Pass@1"),
     ]
     return [Planned(name, se, detectable(se, family), scale) for name, se, scale in rows]

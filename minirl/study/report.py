@@ -2,13 +2,15 @@
 
 The numbers and tests come from minirl.study.claims (`analyse` per task, then `adjust` over the
 whole study, so every verdict carries its Holm-adjusted p); the planned power from
-minirl.study.power; the plots from minirl.study.plots. This module only lays them out:
-    power                 -> the planned standard errors and detectable effects, with assumptions,
-                             and the verdict rules' error rates on simulated policies
-    verdicts at a glance  -> one row per test: statistic, adjusted p, detectable effect, shown?
-    1. budget dependence  -> ceiling, base Pass@(1,T), each arm's gap and null
-    2. where RL helps     -> fresh and post-error rates, their changes, by kind of error
-    3. robustness         -> BudgetMix's lead over each fixed arm, per T
+minirl.study.power; the rules' behaviour on simulated truths from minirl.study.validate; the
+plots from minirl.study.plots. This module only lays them out:
+    what it shows         -> the verdicts counted: shown, the opposite, neither, not testable
+    power and the rules   -> planned standard errors, and the rules on simulated truths
+    0. gate and deficit   -> did RL move each task; each base's recovery deficit, matched
+    verdicts at a glance  -> one row per test: statistic, df, adjusted p, detectable, verdict
+    1. budget dependence  -> the null's check, then each arm's gap, null and excess
+    2. where RL helps     -> random fresh, matched post-error and matched fresh rates, by kind
+    3. robustness         -> the fixed arms' specialisation, BudgetMix against the best per T
     4. process rewards    -> the process arm against BudgetMix
 and ends with links to every results file and the time each part took.
 """
@@ -20,9 +22,9 @@ from pathlib import Path
 
 from minirl.study.bootstrap import Estimate
 from minirl.study.claims import ALPHA, REPLICATES, TaskFindings, Test, adjust, analyse
-from minirl.study.power import plan
+from minirl.study.power import detectable, plan
 from minirl.study.run import StudyRecord, study_seeds
-from minirl.study.validate import Rates, Sizes, Skills, verdict_rates
+from minirl.study.validate import HEADER, Rates, Sizes, table_rows, verdict_rates
 
 
 def fmt(x: float, se: float | None = None) -> str:
@@ -42,20 +44,19 @@ def table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 def verdict(test: Test, what: str) -> str:
     """The sentence a test's numbers choose."""
-    numbers = f"{test.estimate.text()}, adjusted p = {test.adjusted:.3f}"
-    if math.isnan(test.estimate.value):
+    e = test.estimate
+    if math.isnan(e.value):
         return f"undetermined for {test.arm}: {what} has no cases"
+    if not test.testable:
+        return f"not testable for {test.arm}: {test.untestable} ({what} {e.text()})"
+    numbers = f"{e.text()} (df {e.df:.0f}), adjusted p = {test.adjusted:.3g}"
     if test.shown:
         return f"**shown** for {test.arm}: {what} is {numbers}"
     if test.opposite:
         return f"**the opposite** for {test.arm}: {what} is {numbers}"
-    against = ""
-    z = test.estimate.value / test.estimate.se if test.estimate.se > 0 else 0.0
-    if not test.two_sided and z < -2:  # a one-sided test cannot say "the opposite"; the data can
-        against = f"; the estimate points the other way, {-z:.1f} standard errors below 0"
     return (
-        f"not shown for {test.arm}: {what} is {numbers}; the study could have detected "
-        f"{test.detectable:.3f} (80% power){against}"
+        f"not shown either way for {test.arm}: {what} is {numbers}; the study could have "
+        f"detected ±{test.detectable:.3f} (80% power)"
     )
 
 
@@ -63,7 +64,7 @@ def intro(study: StudyRecord, command: str, family: int) -> list[str]:
     args = study.args
     seeds = study_seeds(args)
     return [
-        "# The study, second edition: what does multi-turn RL improve, on toy tasks?",
+        "# The study, third edition: what does multi-turn RL improve, on toy tasks?",
         "",
         f"Produced by `{command}` at commit {study.commit}"
         + (
@@ -81,42 +82,71 @@ def intro(study: StudyRecord, command: str, family: int) -> list[str]:
             "there when it ran."
         ),
         "",
-        f"Arms: (a) base; (b) fixed-T{args.generous}; (c) fixed-T{args.tight}; (d) BudgetMix "
-        f"T in [{args.budget_min}, {args.budget_max}]"
+        f"Base: `{args.model}` (its recovery deficit is measured in section 0"
+        + (f", beside the control base `{args.control}`" if args.control else "")
+        + f"). Arms: (a) base; (b) fixed-T{args.generous}; (c) fixed-T{args.tight}; (d) "
+        f"BudgetMix T in [{args.budget_min}, {args.budget_max}]"
         + ("; (e) process: BudgetMix with the per-turn process reward" if args.process else "")
         + f". {args.max_steps} steps each, {args.tasks_per_step} instances x "
         f"G={args.num_generations} per step, training seeds {', '.join(map(str, seeds))}. "
         f"Evaluation: {args.instances} held-out instances, n={args.n} episodes per instance and "
-        f"T, budget visible; {args.decision_states} fresh and up to {args.recovery_states} "
-        f"post-error states drawn once from base episodes, {args.decision_samples} samples per "
-        "state and arm. Every arm plays the same instances and states from the same sampling "
-        "seed.",
+        f"T, budget visible; {args.decision_states} random fresh states, up to "
+        f"{args.recovery_states} post-error states at positions 1..{args.recovery_horizon} "
+        f"after a base error with up to {args.recovery_matches} matched fresh states each, all "
+        f"drawn once from {args.state_episodes} base episodes per instance; "
+        f"{args.decision_samples} samples per state and arm. Every arm plays the same instances "
+        "and states from the same sampling seed.",
         "",
-        f"Uncertainty: a paired bootstrap ({REPLICATES} replicates) that resamples instances "
-        "(with all their episodes and states) once for all arms, and each arm's training runs "
-        "(minirl/study/bootstrap.py). ± is one bootstrap standard error. Every verdict is a "
-        f"one-sided test (two-sided for process supervision) whose p-value is Holm-adjusted "
-        f"over all {family} tests of this report; **shown** means adjusted p < {ALPHA}.",
+        f"Uncertainty: a bootstrap over instances ({REPLICATES} replicates, every episode and "
+        "state of a drawn instance, once for all arms) and, for the trained arms, the spread of "
+        "their runs, read at the run level with Student's t (Welch-Satterthwaite degrees of "
+        "freedom; minirl/study/bootstrap.py). ± is one standard error. Every verdict is a "
+        "two-sided test: **shown** when the statistic is positive and its Holm-adjusted p < "
+        f"{ALPHA}, **the opposite** when it is negative and adjusted p < {ALPHA}. The family "
+        f"is the {family} testable tests of the tasks where RL moved the policy; a test that "
+        "cannot be tested (the gate, the null's check, the fixed arms' specialisation) says why "
+        "and leaves it.",
         "",
     ]
 
 
-def validation_lines(rates: Rates, task: str, family: int) -> list[str]:
-    """The verdict rules' measured error rates on simulated policies (minirl.study.validate)."""
-    s = Skills()
-    rows = [[name, "no effect", f"{share:.2f}"] for name, share in rates.false_shown.items()]
-    rows += [[name, "real effect", f"{share:.2f}"] for name, share in rates.power.items()]
+def summary(found: dict[str, TaskFindings]) -> list[str]:
+    """What the study shows, what it shows the opposite of, and what it cannot test."""
+    tests = [t for f in found.values() for t in f.tests()]
+
+    def named(group: list[Test]) -> str:
+        return "; ".join(f"{t.task} {t.claim} ({t.arm})" for t in group) or "nothing"
+
+    neither = [t for t in tests if t.testable and not (t.shown or t.opposite)]
     return [
-        f"The rules themselves, checked on {rates.reps} simulated "
-        f"{'study' if rates.reps == 1 else 'studies'} of these sizes on "
-        f"{task} (python -m minirl.study.validate): policies with known skills, base optimal "
-        f"with probability {s.q}, a single-step-only arm (+{s.step} log-odds everywhere), a "
-        f"recovery-only arm (+{s.recovery} after an error only), and BudgetMix either equal "
-        f"to a fixed arm or ahead of it by +{s.lead} everywhere. Share called shown, read at "
-        f"the unadjusted {ALPHA} for no-effect truths (the most Holm can allow one test) and "
-        f"at {ALPHA}/{family} for real effects (the least it rejects):",
+        "## What the study shows",
         "",
-        *table(["rule, policy", "truth", "shown"], rows),
+        f"- **Shown**: {named([t for t in tests if t.shown])}.",
+        f"- **The opposite**: {named([t for t in tests if t.opposite])}.",
+        f"- Neither, within what the study could detect: {len(neither)} tests.",
+        f"- **Not testable**: {named([t for t in tests if not t.testable])}.",
+        "",
+    ]
+
+
+def validation_lines(rates: Rates, task: str) -> list[str]:
+    """The verdict rules on simulated truths (minirl.study.validate), at these sizes."""
+    checks = ", ".join(f"{w} world {s:.2f}" for w, s in rates.check_passed.items())
+    return [
+        f"The rules themselves, on {rates.reps} simulated "
+        f"{'study' if rates.reps == 1 else 'studies'} per world at these sizes on {task} "
+        "(python -m minirl.study.validate; the worlds and truths are described there): truths "
+        "outside the null's own model (instances of unequal difficulty, gains front-loaded in "
+        "the turn, on hard instances, largest where the policy is weak; budget-aware policies; "
+        "errors repeated rather than uniform). Mean z is the estimate over its SE, averaged "
+        "(for a no-effect truth: its bias in SEs); bias is (estimate - estimand) / SE where the "
+        "estimand is known; right is the share of verdicts in the truth's direction at "
+        f"{ALPHA}/{rates.family}, wrong the share against it (or on a no-effect truth) at the "
+        f"unadjusted {ALPHA}.",
+        "",
+        *table(HEADER, table_rows(rates)),
+        "",
+        f"The null passed its own check in: {checks or 'no world that tests it'}.",
         "",
     ]
 
@@ -124,16 +154,17 @@ def validation_lines(rates: Rates, task: str, family: int) -> list[str]:
 def power_section(study: StudyRecord, found: dict[str, TaskFindings], family: int) -> list[str]:
     args = study.args
     f = next(iter(found.values()))
+    matched = min(len(x.results.meta.matched_states) for x in found.values())
     post = min(len(x.results.meta.post_error_states) for x in found.values())
     planned = plan(
         instances=args.instances,
         n=args.n,
         ts=list(f.results.meta.ts),
-        fresh_states=args.decision_states,
+        fresh_states=max(matched, 1),
         post_states=max(post, 1),
         samples=args.decision_samples,
         seeds=len(study_seeds(args)),
-        family=family,
+        family=max(family, 1),
     )
     rows = [[p.statistic, p.scale, f"{p.se:.3f}", f"{p.detectable:.3f}"] for p in planned]
     achieved: dict[str, list[float]] = {}
@@ -141,16 +172,21 @@ def power_section(study: StudyRecord, found: dict[str, TaskFindings], family: in
         for t in x.tests():
             achieved.setdefault(t.claim, []).append(t.estimate.se)
     lines = [
-        "## Power",
+        "## Power, and the rules on simulated truths",
         "",
         "Planned from the sizes above (minirl/study/power.py), assuming rates near 0.5, an "
         "intra-instance correlation of 0.3 and a seed spread of 0.05, with the family's "
-        f"Bonferroni level {ALPHA}/{family}. The detectable effect has 80% power:",
+        f"Bonferroni level {ALPHA}/{max(family, 1)}, two-sided. The detectable effect has 80% "
+        "power:",
         "",
         *table(["statistic", "scale", "planned SE", "detectable"], rows),
         "",
-        "Achieved bootstrap SEs (median over tasks and arms): "
-        + ", ".join(f"{claim} {sorted(v)[len(v) // 2]:.3f}" for claim, v in achieved.items())
+        "Achieved SEs (median over tasks and arms): "
+        + ", ".join(
+            f"{claim} {sorted(v)[len(v) // 2]:.3f}"
+            for claim, v in achieved.items()
+            if not any(math.isnan(x) for x in v)
+        )
         + ". Each verdict below states the effect its own SE could have detected.",
         "",
     ]
@@ -164,41 +200,107 @@ def power_section(study: StudyRecord, found: dict[str, TaskFindings], family: in
         post_states=args.recovery_states,
         samples=args.decision_samples,
         state_episodes=args.state_episodes,
+        recovery_horizon=args.recovery_horizon,
+        matches=args.recovery_matches,
     )
     rates = verdict_rates(
-        task, Skills(), args.validation_reps, replicates=200, family=family, sizes=sizes
+        task, args.validation_reps, replicates=200, family=max(family, 1), sizes=sizes
     )
-    return lines + validation_lines(rates, task, family)
+    return lines + validation_lines(rates, task)
+
+
+def gate_section(found: dict[str, TaskFindings], control: dict[str, TaskFindings]) -> list[str]:
+    lines = [
+        "## 0. Did RL move the policy, and has the base anything to recover from?",
+        "",
+        "The gate: each arm's single-step gain, the change in log-odds of an optimal action on "
+        "the random fresh states, with the smallest gain the study could detect. A task where "
+        f"no arm's gain differs from 0 (at {ALPHA} / arms) is not testable: RL did not move "
+        "the policy there. The deficit: the base's log-odds of an optimal action in the "
+        "post-error states minus in their matched fresh states (same turn, distance and number "
+        "of optimal actions); below 0, the base acts worse after an error than in like states, "
+        "and has something to recover from. Beside it, the second edition's comparison with "
+        "random fresh states, which differ in more than the error (the covariate means show "
+        "how).",
+        "",
+    ]
+    for task, f in found.items():
+        arms = max(len(f.gate.gains), 1)
+        rows = [
+            [arm, g.text(), f"{g.df:.0f}", f"{g.p:.3g}", fmt(detectable(g.se, arms, df=g.df))]
+            for arm, g in f.gate.gains.items()
+        ]
+        moved = "RL moved the policy" if f.gate.moved else "RL did not move it: not testable"
+        lines += [
+            f"### {task}: {moved}",
+            "",
+            *table(["arm", "single-step gain (log-odds)", "df", "p", "detectable"], rows),
+            "",
+        ]
+        bases = [("base", f)] + ([("control", control[task])] if task in control else [])
+        rows = [
+            [
+                f"{name} ({x.results.meta.model})",
+                x.deficit.matched.text(),
+                x.deficit.unmatched.text(),
+                fmt(x.deficit.post.value, x.deficit.post.se),
+                fmt(x.deficit.fresh.value, x.deficit.fresh.se),
+                f"{len(x.results.meta.post_error_states)} / {x.deficit.unmatched_states}",
+            ]
+            for name, x in bases
+        ]
+        header = [
+            "base",
+            "deficit, matched",
+            "vs random fresh",
+            "optimal, post-error",
+            "optimal, matched fresh",
+            "post-error states / unmatched",
+        ]
+        lines += [*table(header, rows), ""]
+        balance = f.deficit.balance
+        same = f.deficit.same_instance
+        share = "none" if math.isnan(same) else f"{same:.0%}"
+        if balance:
+            rows = [[k, *[fmt(v) for v in means.values()]] for k, means in balance.items()]
+            lines += [
+                "Covariate means of the states (the matched fresh states weighted as the "
+                f"comparison weighs them; {share} of the matches come from the post-error "
+                "state's own instance):",
+                "",
+                *table(["states", "turn", "distance", "optimal actions"], rows),
+                "",
+            ]
+    return lines
 
 
 def answer(test: Test) -> str:
     """The glance table's last column."""
+    if not test.testable:
+        return "not testable"
     if test.shown:
-        return "**yes**"
+        return "**shown**"
     if test.opposite:
-        return "opposite"
-    se = test.estimate.se
-    if not test.two_sided and se > 0 and test.estimate.value < -2 * se:
-        return "no (points the other way)"
-    return "no"
+        return "**the opposite**"
+    return "neither"
 
 
 def glance(found: dict[str, TaskFindings]) -> list[str]:
-    rows = []
-    for task, f in found.items():
-        for t in f.tests():
-            rows.append(
-                [
-                    task,
-                    t.claim,
-                    t.arm,
-                    t.estimate.text(),
-                    f"{t.adjusted:.3f}",
-                    f"{t.detectable:.3f}",
-                    answer(t),
-                ]
-            )
-    header = ["task", "claim", "arm", "statistic", "adjusted p", "detectable", "shown?"]
+    rows = [
+        [
+            task,
+            t.claim,
+            t.arm,
+            t.estimate.text(),
+            f"{t.estimate.df:.0f}" if not math.isnan(t.estimate.df) else "n/a",
+            f"{t.adjusted:.3g}" if t.testable else "—",
+            f"{t.detectable:.3f}",
+            answer(t),
+        ]
+        for task, f in found.items()
+        for t in f.tests()
+    ]
+    header = ["task", "claim", "arm", "statistic", "df", "adjusted p", "detectable", "verdict"]
     return ["## Verdicts at a glance", "", *table(header, rows), ""]
 
 
@@ -208,30 +310,36 @@ def budget_section(found: dict[str, TaskFindings], plots: dict[str, dict[str, st
         "",
         "The paper: the advantage of trajectory-level RL over the base model needs a sufficient "
         "turn budget, and shrinks when budgets tighten. Gap = Pass@(1,T) of the arm minus base. "
-        "A gain in single-step quality alone already makes the gap grow with T (it compounds, "
-        "and a tight T caps every policy at the oracle's ceiling), so each gap is set against "
-        "its null: what the arm's single-step gain on the fresh states, carried through the "
-        "turns by a simulated policy on the real task, buys at T (minirl/study/simulate.py). "
-        "The statistic is the growth of gap − null from the smallest to the largest T. The "
-        'null is only as good as its model: the row "the null\'s simulated base" is the '
-        "simulated policy at base's measured single-step rates, and where it lags base's real "
-        "Pass@(1,T) at large T (its errors cost more turns than the model's real ones), the "
-        "null has more room to grow there than the arms had, and a negative growth is partly "
-        "the model's.",
+        "A gain in single-step quality alone already makes the gap grow with T, so each gap is "
+        "set against its null: what the arm's single-step gains, measured per turn on the "
+        "fresh states and carried through the turns by a simulated policy on the real task, "
+        "buy at T (minirl/study/simulate.py). The statistic is the least-squares slope of "
+        "gap − null over every T, times the T range. The null may judge only if its simulated "
+        "base (base's measured rates per turn, fresh and after an error, and one log-odds "
+        "level fitted to base's mean Pass@(1,T)) is within one standard error of base's real "
+        "Pass@(1,T) at every T; the table shows the check.",
         "",
     ]
     for task, f in found.items():
         ts = f.results.meta.ts
         rows = [["oracle's success (ceiling)"] + [fmt(*f.ceiling[t]) for t in ts]]
         rows.append(["base Pass@(1,T)"] + [est(f.pass1["base"][t], False) for t in ts])
-        rows.append(["the null's simulated base"] + [fmt(f.model_base[t]) for t in ts])
+        if f.check is not None:
+            rows.append(["the null's simulated base"] + [fmt(f.check.model_base[t]) for t in ts])
+            rows.append(["one SE of their difference"] + [fmt(f.check.tolerance[t]) for t in ts])
         for arm, row in f.budget.items():
             rows.append([f"gap {arm}"] + [est(row.gap[t]) for t in ts])
             rows.append([f"null {arm}"] + [f"{row.null[t]:+.3f}" for t in ts])
+            rows.append([f"gap − null {arm}"] + [est(row.excess[t]) for t in ts])
         lines += [f"### {task}", "", *table(["", *[f"T={t}" for t in ts]], rows), ""]
+        if f.check is not None:
+            lines.append(
+                f"- The null's check: {'passed' if f.check.passed else '**failed**'} (fitted "
+                f"level {f.check.level:+.2f} log-odds)."
+            )
         for row in f.budget.values():
             lines.append(
-                f"- {verdict(row.test, 'the growth of the excess gain')} (single-step gain "
+                f"- {verdict(row.test, 'the growth of gap − null')} (single-step gain "
                 f"{row.step_gain.text()} in log-odds)."
             )
         lines += ["", f"![gap against T]({plots[task]['gap']})", ""]
@@ -243,21 +351,36 @@ def where_section(found: dict[str, TaskFindings], plots: dict[str, dict[str, str
         "## 2. Where RL helps",
         "",
         "The paper: RL does not uniformly raise single-step decision quality; its strength is "
-        "error recovery. Both are asked of every arm in the same fixed states: fresh states "
-        "(no error in their history) for single-step quality, and the states just after a "
-        "base-policy error for recovery (minirl/eval/recovery.py). A policy that only gains "
-        "single-step quality gains the same log-odds in both; the test is whether the "
-        "post-error gain is larger. Success from the post-error states within the turns left "
-        "is reported beside it (it compounds single-step gains, so no verdict reads it).",
+        "error recovery. Every arm is asked in the same fixed states: random fresh states (no "
+        "error in their history), post-error states (the base's own conversation 1 to h "
+        "actions after its first error, so a policy that gets back on track one move late is "
+        "seen), and for each post-error state its matched fresh states, with the same turn, "
+        "distance to the goal and number of optimal actions (minirl/eval/recovery.py). The "
+        "test is dlogit(post-error) − dlogit(matched fresh): a policy that acts after an error "
+        "as it acts in like fresh states scores 0. Success from the post-error states within "
+        "the turns left is reported beside it (it compounds single-step gains, so no verdict "
+        "reads it).",
         "",
     ]
-    names = {"step": "optimal, fresh", "post_step": "optimal, post-error"}
-    names["post_success"] = "success from post-error"
+    names = {
+        "step": "optimal, random fresh",
+        "post_m": "optimal, post-error",
+        "matched": "optimal, matched fresh",
+        "post_success": "success from post-error",
+    }
     for task, f in found.items():
         base = f.rates["base"]
         rows = [["base", *[est(base[k], False) for k in names]]]
         for arm, row in f.where.items():
-            rows.append([f"Δ {arm}", est(row.step), est(row.post_step), est(row.post_success)])
+            rows.append(
+                [
+                    f"Δ {arm}",
+                    est(row.step),
+                    est(row.matched_post),
+                    est(row.matched_fresh),
+                    est(row.post_success),
+                ]
+            )
         kinds = ", ".join(f"{k} {v}" for k, v in f.kinds.items()) or "none"
         lines += [f"### {task}", "", *table(["", *names.values()], rows), ""]
         lines += [f"Post-error states by kind of error: {kinds}.", ""]
@@ -268,7 +391,7 @@ def where_section(found: dict[str, TaskFindings], plots: dict[str, dict[str, str
             ]
             lines += [*table(header, kind_rows), ""]
         for row in f.where.values():
-            lines.append(f"- {verdict(row.test, 'dlogit(post-error) − dlogit(fresh)')}.")
+            lines.append(f"- {verdict(row.test, 'dlogit(post-error) − dlogit(matched fresh)')}.")
         old = f.results.checkpoints
         lines.append(
             "- For comparison, the first edition's \"success after an error\" over each arm's "
@@ -291,27 +414,37 @@ def robustness_section(found: dict[str, TaskFindings]) -> list[str]:
         "## 3. BudgetMix robustness",
         "",
         "The paper: varying the budget during training gives robust performance across "
-        "execution budgets. Lead = BudgetMix's Pass@(1,T) minus a fixed arm's, per T and "
-        "averaged over T. Shown when BudgetMix leads every fixed arm.",
+        "execution budgets, i.e. BudgetMix holds its own against the specialist at each budget "
+        "of its range. First the fixed arms must specialise: (tight − generous) at the range's "
+        "smallest T minus at its largest, positive at one-sided "
+        f"{ALPHA}. Then BudgetMix's lead over the fixed arm that is best at each T: shown when "
+        "it leads at every T, the opposite when it trails at some T; the estimate is the lead "
+        "at its worst budget. Where neither, the equivalence bound says how close it is "
+        "(within ± bound of the best fixed arm at every T of the range, two one-sided tests at "
+        "5% each).",
         "",
     ]
     for task, f in found.items():
-        if not f.robust:
-            lines += [f"- {task}: no BudgetMix arm.", ""]
+        r = f.robust
+        if r is None:
+            lines += [f"- {task}: no BudgetMix arm or fewer than two fixed arms.", ""]
             continue
-        ts = f.results.meta.ts
-        rows = [
-            [arm, est(row.lead), *[est(row.per_t[t]) for t in ts]] for arm, row in f.robust.items()
+        rows = [[f"T={t}", r.best[t], est(lead)] for t, lead in r.leads.items()]
+        lines += [
+            f"### {task}",
+            "",
+            f"Specialisation of the fixed arms: {r.specialisation.text()} "
+            f"(df {r.specialisation.df:.0f}).",
+            "",
+            *table(["budget", "best fixed arm there", "BudgetMix − it"], rows),
+            "",
+            f"- {verdict(r.test, 'the lead at the worst budget')}.",
         ]
-        header = ["BudgetMix against", "mean lead", *[f"T={t}" for t in ts]]
-        lines += [f"### {task}", "", *table(header, rows), ""]
-        every = all(row.test.shown for row in f.robust.values())
-        lines.append(
-            f"- {'**shown**' if every else 'not shown'}: BudgetMix leads "
-            + ("every" if every else "not every")
-            + " fixed arm beyond noise."
-        )
-        lines += [f"- {verdict(row.test, 'the mean lead')}." for row in f.robust.values()]
+        if r.test.testable and not (r.test.shown or r.test.opposite):
+            lines.append(
+                f"- Equivalence: BudgetMix is within ±{r.bound:.3f} of the best fixed arm at "
+                "every budget of its range."
+            )
         lines += ["", f"![Pass@(K,T) curves]({task}/passkt_curves.png)", ""]
     return lines
 
@@ -319,18 +452,26 @@ def robustness_section(found: dict[str, TaskFindings]) -> list[str]:
 def process_section(found: dict[str, TaskFindings]) -> list[str]:
     lines = ["## 4. Process supervision", ""]
     for task, f in found.items():
-        if not f.process:
+        if f.process is None:
             lines.append(f"- {task}: not run (pass --process true to add the process arm).")
             continue
-        for name, test in f.process.items():
-            lines.append(f"- {task}: {verdict(test, f'process − budgetmix in {name}')}.")
+        lines.append(f"- {task}: {verdict(f.process, 'process − budgetmix in mean Pass@(1,T)')}.")
+        row = f.where.get("process")
+        mix = f.where.get("budgetmix")
+        if row and mix:
+            lines.append(
+                f"  Beside it (no verdict): single-step gain process {row.step.text()}, "
+                f"budgetmix {mix.step.text()}."
+            )
     return [*lines, ""]
 
 
 def files_section(study: StudyRecord) -> list[str]:
     lines = ["## Files", ""]
-    for task in study.tasks:
-        lines.append(f"- {task}: [results.json]({task}/results.json)")
+    for task, entry in study.tasks.items():
+        lines.append(f"- {task}: [results.json]({entry.results})")
+        if entry.control:
+            lines.append(f"- {task}, control base: [results.json]({entry.control})")
     timing = ", ".join(
         f"{k} {v['seconds']:.0f} s" + (" (reused)" if v.get("status") == "reused" else "")
         for k, v in study.timings.items()
@@ -343,12 +484,20 @@ def write_report(study: StudyRecord, root: Path, command: str) -> Path:
     """Analyse every task of `study` (results under `root`), draw its plots, write report.md."""
     from minirl.study import plots as study_plots  # matplotlib loads only when a report is drawn
 
+    mix = (study.args.budget_min, study.args.budget_max)
     found = {
-        task: analyse(task, root / entry.results, entry.arms) for task, entry in study.tasks.items()
+        task: analyse(task, root / entry.results, entry.arms, mix)
+        for task, entry in study.tasks.items()
+    }
+    control = {
+        task: analyse(task, root / entry.control, {}, mix, budget=False)
+        for task, entry in study.tasks.items()
+        if entry.control
     }
     family = len(adjust(found))
     plots = study_plots.draw(found, root)
-    lines = intro(study, command, family) + power_section(study, found, family) + glance(found)
+    lines = intro(study, command, family) + summary(found)
+    lines += power_section(study, found, family) + gate_section(found, control) + glance(found)
     lines += budget_section(found, plots) + where_section(found, plots)
     lines += robustness_section(found) + process_section(found) + files_section(study)
     path = root / "report.md"

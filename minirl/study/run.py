@@ -7,10 +7,13 @@ For every task it trains (where a finished run is not already there) and then ev
     (d) budgetmix   BudgetMix GRPO, T drawn per group from [budget_min, budget_max]
     (e) process     (optional) BudgetMix with the per-turn process reward
 one run per arm and training seed. All arms of a task are evaluated in one `compare` call, so they
-play identical held-out instances from the same sampling seed, and the fixed states (fresh and
-post-error) come from the base policy. With `--jobs J` the runs, and then the tasks'
-evaluations, go J at a time, each in its own process with cores / J threads: torch's CPU kernels
-gain little from a second thread at tiny's size, while two processes use both cores fully.
+play identical held-out instances from the same sampling seed, and the fixed states (fresh,
+post-error and matched fresh) come from the base policy. With `--control`, a second base (by
+default `tiny`, uniform-noise demonstrations) is evaluated alone on the same instances, so the
+report can set the main base's recovery deficit beside one that has none. With `--jobs J` the
+runs, and then the tasks' evaluations, go J at a time, each in its own process with cores / J
+threads: torch's CPU kernels gain little from a second thread at tiny's size, while two processes
+use both cores fully.
 The record of what ran is `StudyRecord` (study.json); minirl.study.claims
 and minirl.study.report turn the results into report.md, where no conclusion is written by hand.
 
@@ -62,6 +65,9 @@ class StudyTask:
     arms: dict[str, list[str]]  # arm -> its run labels, one per training seed
     evaluation: dict = field(default_factory=dict)  # the EvalArgs results.json was made with
     results_sha256: str = ""  # of results.json as that evaluation wrote it
+    control: str = ""  # the control base's results file ("" when none was evaluated)
+    control_evaluation: dict = field(default_factory=dict)  # the EvalArgs the control ran with
+    control_sha256: str = ""  # of the control's results.json as that evaluation wrote it
 
 
 @dataclass
@@ -234,12 +240,15 @@ def _map(fn: Callable, items: list, jobs: int, progress: bool) -> list:
         return list(pool.map(fn, items, [False] * len(items)))
 
 
-def eval_args(args: StudyArgs, task: str, labels: dict[str, str], root: Path) -> EvalArgs:
-    """The one evaluation of a task: every arm on the same instances, states and seed."""
+def eval_args(
+    args: StudyArgs, task: str, labels: dict[str, str], root: Path, control: bool = False
+) -> EvalArgs:
+    """The one evaluation of a task: every arm on the same instances, states and seed (or, with
+    `control`, the control base alone, into <task>/control)."""
     return EvalArgs(
         checkpoints=",".join(f"{label}={path}" for label, path in labels.items()),
         task=task,
-        model=args.model,
+        model=args.control if control else args.model,
         k=args.k,
         t=args.t,
         n=args.n,
@@ -247,9 +256,11 @@ def eval_args(args: StudyArgs, task: str, labels: dict[str, str], root: Path) ->
         seed=args.eval_seed,
         decision_states=args.decision_states,
         recovery_states=args.recovery_states,
+        recovery_horizon=args.recovery_horizon,
+        recovery_matches=args.recovery_matches,
         decision_samples=args.decision_samples,
         state_episodes=args.state_episodes,
-        output=str(root / task),
+        output=str(root / task / "control" if control else root / task),
     )
 
 
@@ -257,16 +268,15 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
 
 
-def evaluated(earlier: StudyRecord | None, task: str, args: EvalArgs, root: Path) -> bool:
-    """Whether root/TASK/results.json is the evaluation `args` asks for, as study.json recorded
-    it (then a rerun, e.g. after a crash in the report, reuses it instead of evaluating again)."""
+def evaluated(recorded: dict | None, digest: str, args: EvalArgs, path: Path) -> bool:
+    """Whether `path` is the evaluation `args` asks for, as study.json recorded it (its whole
+    EvalArgs, and the sha256 of the file it wrote): then a rerun, e.g. after a crash in the
+    report, reuses it instead of evaluating again."""
     from minirl.eval.results import load_results
 
-    entry = earlier.tasks.get(task) if earlier else None
-    path = root / task / "results.json"
-    if entry is None or entry.evaluation != dataclasses.asdict(args):
+    if recorded != dataclasses.asdict(args):
         return False
-    if not entry.results_sha256 or sha256(path) != entry.results_sha256:
+    if not digest or not path.is_file() or sha256(path) != digest:
         return False  # written by something else since (evaluate.py --output TASK_DIR)
     try:
         found = load_results(path)
@@ -321,7 +331,7 @@ def run_study(args: StudyArgs, progress: bool = True) -> StudyRecord:
     ):
         key = f"{task}/{label}"
         study.timings[key] = {"seconds": took(key, seconds), "status": status}
-    evaluations, asked = {}, {}
+    evaluations, asked, control = {}, {}, {}
     for task in names:
         labels = {"base": "base"}
         labels |= {label: cfg.output_dir for t, label, cfg in runs if t == task}
@@ -329,20 +339,43 @@ def run_study(args: StudyArgs, progress: bool = True) -> StudyRecord:
         retrained = any(
             study.timings[f"{t}/{label}"]["status"] != "reused" for t, label, _ in runs if t == task
         )
-        if retrained or not evaluated(earlier, task, asked[task], root):
-            evaluations[task] = asked[task]
+        entry = earlier.tasks.get(task) if earlier else None
+        if retrained or not evaluated(
+            entry.evaluation if entry else None,
+            entry.results_sha256 if entry else "",
+            asked[task],
+            root / task / "results.json",
+        ):
+            evaluations[f"{task}/evaluation"] = asked[task]
         else:
             key = f"{task}/evaluation"
             study.timings[key] = {"seconds": took(key, 0), "status": "reused"}
+        if args.control:
+            key = f"{task}/control"
+            control[task] = eval_args(args, task, {"base": "base"}, root, control=True)
+            if evaluated(
+                entry.control_evaluation if entry else None,
+                entry.control_sha256 if entry else "",
+                control[task],
+                root / task / "control" / "results.json",
+            ):
+                study.timings[key] = {"seconds": took(key, 0), "status": "reused"}
+            else:
+                evaluations[key] = control[task]
     done = _map(_timed_eval, list(evaluations.values()), args.jobs, progress)
-    for task, seconds in zip(evaluations, done, strict=True):
-        study.timings[f"{task}/evaluation"] = {"seconds": seconds, "status": "evaluated"}
+    for key, seconds in zip(evaluations, done, strict=True):
+        study.timings[key] = {"seconds": seconds, "status": "evaluated"}
     for task in names:
         study.tasks[task] = StudyTask(
             results=f"{task}/results.json",
             arms={a.name: [run_label(a, s, seeds) for s in seeds] for a in arms(args)},
             evaluation=dataclasses.asdict(asked[task]),
             results_sha256=sha256(root / task / "results.json"),
+            control=f"{task}/control/results.json" if args.control else "",
+            control_evaluation=dataclasses.asdict(control[task]) if args.control else {},
+            control_sha256=(
+                sha256(root / task / "control" / "results.json") if args.control else ""
+            ),
         )
     study.timings["total_seconds"] = round(time.perf_counter() - started, 1)
     reused = all(v.get("status") == "reused" for v in study.timings.values() if isinstance(v, dict))

@@ -1,8 +1,10 @@
-"""Assignment 5: error recovery from fixed post-error states (lesson 7).
+"""Assignment 5: error recovery from fixed post-error states, against matched fresh ones (lesson 7).
 
 "Success after an error" over each policy's own episodes rewards a policy that merely errs less
 (lesson 7 shows it on simulated policies). The study instead asks every checkpoint in the *same*
-states: the states just after an error of the base policy. Implement the two halves of that
+states: the states just after an error of the base policy, and fresh states *matched* to them
+(same turn, distance to the goal and number of optimal actions), because a post-error state is
+later and farther from the goal than a random fresh one. Implement the three parts of that
 measure. Grade them with:
 
     python -m pytest tutorials/assignments/test_a5.py
@@ -44,3 +46,19 @@ def recovery_gain(
     scores above 0.
     """
     raise NotImplementedError("assignment 5: implement recovery_gain")
+
+
+Key = tuple[int, int, int]  # (turn, distance to the goal, number of optimal actions)
+
+
+def match_states(
+    post: list[tuple[int, Key]], fresh: list[tuple[int, Key]], per_state: int
+) -> list[list[int]]:
+    """For each post-error state, the fresh states it is compared with.
+
+    Every state is (instance, key). For each post-error state return up to `per_state` indices
+    into `fresh` of states with the *same key*: those of the same instance first, then those of
+    other instances, each group in `fresh`'s order. A post-error state with no fresh state of
+    its key gets []. A fresh state may be matched to several post-error states.
+    """
+    raise NotImplementedError("assignment 5: implement match_states")

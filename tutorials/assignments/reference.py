@@ -66,3 +66,13 @@ def recovery_gain(
         return float(empirical_logit(np.array([sum(counts) / trials]), trials)[0])
 
     return logit(arm_post) - logit(base_post) - (logit(arm_fresh) - logit(base_fresh))
+
+
+def match_states(
+    post: list[tuple[int, tuple[int, int, int]]],
+    fresh: list[tuple[int, tuple[int, int, int]]],
+    per_state: int,
+) -> list[list[int]]:
+    from minirl.eval.recovery import match
+
+    return match(post, fresh, per_state)

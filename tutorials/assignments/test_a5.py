@@ -124,3 +124,69 @@ def test_known_skills_are_told_apart(seed: int) -> None:
     assert abs(true_gain("single-step")) < 0.15 and true_gain("recovery") > 0.4
     for arm in ("single-step", "recovery"):
         assert gain(arm) == pytest.approx(true_gain(arm), abs=0.3), arm
+
+
+# ---- part 3: matching --------------------------------------------------------------------------
+
+match_states = implementation("a5_recovery", "match_states")
+
+
+def test_match_states_by_hand() -> None:
+    a, b = (2, 3, 1), (3, 2, 1)
+    fresh = [(7, a), (5, a), (5, b), (9, a), (5, a)]
+    post = [(5, a), (9, a), (8, b), (5, (6, 6, 3))]
+    assert match_states(post, fresh, 2) == [[1, 4], [3, 0], [2], []]
+    assert match_states(post, fresh, 1) == [[1], [3], [2], []]
+    assert match_states(post, fresh, 5)[0] == [1, 4, 0, 3]
+    assert match_states([], fresh, 2) == []
+
+
+def key_of(env: tasks.Env, seed: int, start: list[str]) -> tuple[int, int, int]:
+    env.reset(seed)
+    for action in start:
+        env.step(action)
+    return (min(len(start) + 1, 6), round(env.distance()), min(len(env.optimal_actions()), 3))
+
+
+def test_matching_removes_the_turn_confound() -> None:
+    """A policy whose gain is front-loaded (+1.5 log-odds on turn 1 only) has no recovery skill.
+    Post-error states are never at turn 1, random fresh states mostly are: against random fresh
+    states its gain looks far smaller after an error; against matched ones it is exactly 0."""
+    env = tasks.make("fog")
+    seeds = list(tasks.EVAL_SEEDS[:80])
+    base = simulate.SimPolicy(0.6, 0.4)
+    arm = base.add(early=1.5)
+    played = simulate.episodes("fog", seeds, base, 10, 4, stream=5)
+    pool, post = [], []
+    for s, row in zip(seeds, played, strict=True):
+        for e in row:
+            clean = e.first_error - 1 if e.first_error else len(e.actions)
+            pool += [(s, e.actions[:j]) for j in range(min(clean + 1, len(e.actions)))]
+            if e.first_error and e.first_error < len(e.actions):
+                post.append((s, e.actions[: e.first_error]))
+    fresh_keys = [(s, key_of(env, s, a)) for s, a in pool]
+    post_keys = [(s, key_of(env, s, a)) for s, a in post]
+    found = match_states(post_keys, fresh_keys, 3)
+    assert len(found) == len(post)
+    for (s, key), picks in zip(post_keys, found, strict=True):
+        assert len(picks) <= 3 and all(fresh_keys[i][1] == key for i in picks)
+        same = [i for i, (seed, k) in enumerate(fresh_keys) if k == key and seed == s]
+        assert picks[: len(same)] == same[: len(picks)]  # its own instance's states first
+    paired = [k for k, picks in enumerate(found) if picks]
+    assert len(paired) > 0.8 * len(post)
+
+    def rate(policy: simulate.SimPolicy, states: list[tuple[int, list[str]]]) -> float:
+        return sum(
+            simulate.chance(simulate.context("fog", s, a, 10), policy) for s, a in states
+        ) / len(states)
+
+    def gain(states: list[tuple[int, list[str]]]) -> float:
+        return logit(rate(arm, states)) - logit(rate(base, states))
+
+    after = [post[k] for k in paired]
+    matched = [pool[i] for k in paired for i in found[k]]
+    # Exact chances, no sampling: the matched comparison's recovery gain is 0 (up to the
+    # states whose every action is optimal, which weigh alike on both sides) ...
+    assert gain(after) - gain(matched) == pytest.approx(0.0, abs=0.05)
+    # ... while the random fresh states, mostly at turn 1, make it look like a large deficit.
+    assert gain(after) - gain(pool) < -0.5
