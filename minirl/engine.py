@@ -322,16 +322,45 @@ def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return x * cos.unsqueeze(1) + rotated * sin.unsqueeze(1)
 
 
+# Tokens one chunk of a wide call feeds at once. A turn's prefill of every episode in one call
+# would hold activations (and attention scores, [rows, heads, W, slots]) for all of them: the
+# step's peak would grow with the episodes per step (tests/test_tools_step_memory.py catches it).
+# Chunks of this many tokens keep that peak fixed and the matmuls still large enough to be fast.
+CHUNK_TOKENS = 2048
+
+
 @torch.no_grad()
 def forward(decoder: DenseDecoder, cache: KVCache, ids: Tensor, widths: list[int]) -> Tensor:
     """Feed each row its new tokens; return the logits after each row's last one, [B, V] float32.
 
     `ids` is [B, W], row b's `widths[b]` real tokens first, then padding. A row with width 0
-    feeds nothing (its length does not move; the logits returned for it mean nothing).
+    feeds nothing (its length does not move; the logits returned for it mean nothing). Rows go
+    through in chunks of about CHUNK_TOKENS tokens; each chunk writes into its rows of the cache.
     """
     batch, width = ids.shape
-    device = decoder.device
     cache.reserve(max(cache.host_lengths) + width)
+    step = max(1, CHUNK_TOKENS // width)
+    logits = []
+    for a in range(0, batch, step):
+        rows = slice(a, a + step)
+        part = KVCache(  # views of the chunk's rows: writes land in the whole cache
+            keys=[t[rows] for t in cache.keys],
+            values=[t[rows] for t in cache.values],
+            lengths=cache.lengths[rows],
+            host_lengths=cache.host_lengths[rows],
+        )
+        logits.append(_forward_rows(decoder, part, ids[rows], widths[rows]))
+    fed = torch.tensor(widths, dtype=torch.long, device=decoder.device)
+    cache.lengths = cache.lengths + fed
+    cache.host_lengths = [n + w for n, w in zip(cache.host_lengths, widths, strict=True)]
+    return logits[0] if len(logits) == 1 else torch.cat(logits)
+
+
+def _forward_rows(decoder: DenseDecoder, cache: KVCache, ids: Tensor, widths: list[int]) -> Tensor:
+    """`forward` for one chunk of rows, whose cache already has room; lengths are left as they
+    were (forward moves them once, for every row)."""
+    batch, width = ids.shape
+    device = decoder.device
     starts = cache.lengths
     positions = starts[:, None] + torch.arange(width, device=device)  # [B, W]
     span = max(cache.host_lengths) + width  # slots any query of this call can see
@@ -363,8 +392,6 @@ def forward(decoder: DenseDecoder, cache: KVCache, ids: Tensor, widths: list[int
         gate, up = _linear(x, layer.gate_up).chunk(2, dim=-1)
         h = h + _linear(F.silu(gate) * up, layer.down)
     fed = torch.tensor(widths, dtype=torch.long, device=device)
-    cache.lengths = cache.lengths + fed
-    cache.host_lengths = [n + w for n, w in zip(cache.host_lengths, widths, strict=True)]
     last = h[torch.arange(batch, device=device), (fed - 1).clamp(min=0)]  # [B, H]
     return _linear(_rms_norm(last, decoder.norm, decoder.eps), decoder.head).float()
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -36,6 +36,7 @@ import tasks
 from minirl.config import MAX_TURNS
 from minirl.episode import Episode, Turn
 from minirl.errors import DataError
+from minirl.eval.openloop import Yardstick
 from minirl.readback import check_json, read_json
 from minirl.validation import Range
 
@@ -59,12 +60,24 @@ class EpisodeRecord:
 
 
 @dataclass
+class BudgetStats:
+    """One policy's whole evaluation at one budget, beside its kept episodes (the headline)."""
+
+    success: Annotated[float, Range(ge=0, le=1)]
+    feedback_use: float  # bits per turn, minus the shuffled null (minirl.eval.feedback)
+    feedback_use_sd: float
+
+
+@dataclass
 class SamplesFile:
-    """episodes.json: the task, whether the budget was shown, and each policy's episodes."""
+    """episodes.json: the task, whether the budget was shown, each policy's episodes, and the
+    headline's numbers: each policy's stats by budget and the open-loop yardstick by budget."""
 
     task: str
     episodes: dict[str, list[EpisodeRecord]]
     budget_visible: bool = True
+    stats: dict[str, dict[str, BudgetStats]] = field(default_factory=dict)
+    open_loop: dict[str, Yardstick] = field(default_factory=dict)
 
 
 def episode_record(episode: Episode) -> dict:

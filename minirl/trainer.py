@@ -125,9 +125,10 @@ def _train(cfg: Config, progress: bool) -> TrainResult:
         job = bar.add_task("train", total=cfg.grpo.max_steps, completed=start_step, metrics="")
         for step in range(start_step, cfg.grpo.max_steps):
             m = train_step(model, tokenizer, optimizer, cfg, rng, step)
-            summary["budgets"] = tally_budgets(
-                summary.get("budgets"), m["budgets_drawn"], m["budgets_trained"]
-            )
+            # The per-group budget lists go to summary.json's tally, not to metrics.jsonl: a
+            # metrics line holds scalars only, which every tracker can store as they are.
+            drawn, trained = m.pop("budgets_drawn"), m.pop("budgets_trained")
+            summary["budgets"] = tally_budgets(summary.get("budgets"), drawn, trained)
             history.append(m)
             with metrics_path.open("a") as f:
                 f.write(json.dumps(m) + "\n")

@@ -97,6 +97,29 @@ def test_a_row_of_width_zero_is_left_alone(quick_policy) -> None:
     assert cache.host_lengths == [6] and cache.keys[0].shape[0] == 1
 
 
+def test_a_wide_call_in_row_chunks_is_the_same_call(quick_policy, monkeypatch) -> None:
+    """Rows fed in chunks (engine.CHUNK_TOKENS bounds the prefill's activations) give the logits
+    and the cache of one pass over all of them, row for row, ragged widths included."""
+    model, tok = quick_policy
+    decoder = engine.dense_copy(model)
+    ids = torch.randint(5, len(tok), (5, 8), generator=torch.Generator().manual_seed(3))
+    widths = [8, 3, 0, 8, 5]
+    results = []
+    for chunk in (10_000, 16):  # one pass; then 2 rows (16 tokens / width 8) per chunk
+        monkeypatch.setattr(engine, "CHUNK_TOKENS", chunk)
+        cache = engine.new_cache(decoder, 5, slots=4)  # too small: the call must grow it first
+        engine.forward(decoder, cache, ids[:, :4], [4] * 5)
+        results.append((engine.forward(decoder, cache, ids, widths), cache))
+    (one, whole), (chunked, parts) = results
+    assert parts.host_lengths == whole.host_lengths == [4 + w for w in widths]
+    assert parts.lengths.tolist() == whole.host_lengths
+    fed = [b for b, w in enumerate(widths) if w]
+    torch.testing.assert_close(chunked[fed], one[fed], atol=1e-6, rtol=1e-6)
+    for layer in range(len(whole.keys)):
+        torch.testing.assert_close(parts.keys[layer], whole.keys[layer], atol=1e-6, rtol=1e-6)
+        torch.testing.assert_close(parts.values[layer], whole.values[layer], atol=1e-6, rtol=1e-6)
+
+
 def mixed_specs(n: int) -> list[EpisodeSpec]:
     # Mixed budgets: rows leave the batch (and the cache) at different turns.
     return [EpisodeSpec("gridnav", s, 2 + i % 6, i) for i, s in enumerate(tasks.TRAIN_SEEDS[:n])]

@@ -92,7 +92,7 @@ def simulated_episodes(task: str, budget: int, n: int) -> list[Episode]:
                 e.turns.append(
                     Turn(action, action, True, step.info["mistake"], sim.optimal[j], 0, 0, 0)
                 )
-                e.extend([100 + j], 1, j)
+                e.add_reply([100 + j], j, [0.0])
             found.append(e)
     return found
 

@@ -301,10 +301,15 @@ def test_episode_viewer_replays_and_marks_error_classes(name: str) -> None:
     rng, turns = random.Random(4), []
     for _ in range(12):
         step = env.step(reply := rng.choice(env.action_words))
-        turns.append({"reply": reply, **{k: step.info[k] for k in ("valid", "mistake", "optimal")}})
+        keys = ("valid", "mistake", "optimal", "action")
+        turns.append({"reply": reply, **{k: step.info[k] for k in keys}})
         if step.done:
             break
-    frames = replay(name, {"seed": 4, "turns": turns})
+    record: dict = {"seed": 4, "turns": turns}
+    fresh = tasks.make(name)
+    fresh.reset(4)
+    record.update(optimal_length=fresh.optimal_length, success=step.info["success"])
+    frames = replay(name, record)
     assert len(frames) == len(turns) + 1
     marks = {m for f in frames for m in f.marks}
     assert marks & {"avoidable error", "unavoidable error"}

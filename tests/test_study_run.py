@@ -269,10 +269,12 @@ def test_a_rerun_reuses_only_what_was_done_with_the_same_settings(
     record = load_study(out / "study.json")
     args = eval_args(record.args, "gridnav", {"base": "base"}, out)
     args.checkpoints = record.tasks["gridnav"].evaluation["checkpoints"]
-    assert evaluated(record, "gridnav", args, out)
-    assert not evaluated(record, "gridnav", dataclasses.replace(args, decision_samples=2), out)
-    (out / "gridnav" / "results.json").write_bytes(results + b" ")
-    assert not evaluated(record, "gridnav", args, out)
+    entry, path = record.tasks["gridnav"], out / "gridnav" / "results.json"
+    assert evaluated(entry.evaluation, entry.results_sha256, args, path)
+    other = dataclasses.replace(args, decision_samples=2)
+    assert not evaluated(entry.evaluation, entry.results_sha256, other, path)
+    path.write_bytes(results + b" ")
+    assert not evaluated(entry.evaluation, entry.results_sha256, args, path)
     # The real command with an evaluation flag changed, and one run's checkpoint deleted: that run
     # is trained again (nothing blames a --checkpoints flag), the others are reused, and the
     # evaluation is run again with the new flag.
@@ -282,6 +284,7 @@ def test_a_rerun_reuses_only_what_was_done_with_the_same_settings(
     found = statuses(out)
     assert found.pop("gridnav/budgetmix") == "trained"
     assert found.pop("gridnav/evaluation") == "evaluated"
+    assert found.pop("gridnav/control") == "evaluated"  # the control base ran with the flag too
     assert set(found.values()) == {"reused"}
     meta = json.loads((out / "gridnav" / "results.json").read_text())["meta"]
     assert meta["decision_samples"] == 2

@@ -15,6 +15,10 @@ import sys
 import pytest
 
 STEP = ["--mode", "fixed", "--budget", "12", "--max_new_tokens", "4", "--num_generations", "4"]
+# The rollout plays 8 episodes side by side whatever the step's total: its KV cache grows with
+# the episodes played together (--generation_batch_size bounds it), the update's activations with
+# the micro-batch (--per_device_train_batch_size).
+STEP += ["--generation_batch_size", "8"]
 
 
 def peak_mb(model: str, episodes: int, micro_batch: int) -> float:

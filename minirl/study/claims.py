@@ -20,7 +20,7 @@ alike. The rules:
    its mean Pass@(1,T) over T is base's; the arm's null adds the arm's measured single-step
    gains per turn and half (on every fresh state, random and matched).
    null(T) = S(T; arm) - S(T; base), and
-       growth = least-squares slope of [gap - null](T) over every T, times (T_max - T_min).
+       growth = least-squares slope of (gap - null)(T) over every T, times (T_max - T_min).
    **The null must pass its own check** first: its simulated base must be within one standard
    error of base's real Pass@(1,T) at every T (the SE of the difference: base's bootstrap SE and
    the simulation's own); if not, the test is "not testable". The simulation's Monte-Carlo
