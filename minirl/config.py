@@ -119,7 +119,10 @@ class GRPOArgs:
         "and newly drawn groups (each with its own instance and budget) replace it, until "
         "tasks_per_step informative groups are found or --max_num_gen_batches is reached "
         "(minirl.groups). Costs extra rollouts; logs frac_reward_zero_std, extra_rollouts_frac "
-        "and the budgets drawn against those trained on.",
+        "and the budgets drawn against those trained on. Measured on the default tiny command "
+        "at equal CPU time (90 s, 3 training seeds): held-out success +0.033 ± 0.017 at T=4, "
+        "-0.005 ± 0.015 at T=8, +0.035 ± 0.029 at T=12, for about 1.35x the CPU per step; off "
+        "by default, so a step is plain GRPO unless asked (the smollm2 recipes turn it on).",
     )
     max_num_gen_batches: Annotated[int, Range(ge=1)] = HfArg(
         default=3,

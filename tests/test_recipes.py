@@ -28,7 +28,7 @@ def test_there_are_recipes_for_tiny_on_every_task_and_smollm2() -> None:
 
     names = {p.stem for p in RECIPES}
     assert {f"tiny-{task}" for task in tasks.NAMES} <= names
-    assert {"smollm2-guess", "smollm2-hilo", "smollm2-gridnav"} <= names
+    assert "smollm2-guess" in names  # the real model's recipe: the task where it has a signal
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=[p.stem for p in RECIPES])
@@ -50,5 +50,25 @@ def test_recipe_loads_validates_and_trains_a_step(recipe: Path, tmp_path: Path) 
         + ["--budget_min", "2", "--budget_max", "2"]
     )
     result = run_training(toy, progress=False)
+    assert len(result.metrics) == 1 and result.metrics[0]["step"] == 1
+    assert (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+SMOLLM2 = [p for p in RECIPES if p.stem.startswith("smollm2-")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", SMOLLM2, ids=[p.stem for p in SMOLLM2])
+def test_the_trl_backend_runs_the_smollm2_recipes(recipe: Path, tmp_path: Path) -> None:
+    """TRL's GRPOTrainer runs the real model's recipes too, without dynamic sampling: tied groups
+    are replaced inside minirl's step, which TRL's trainer does not let a rollout function do."""
+    toy = train.parse(
+        ["--config", str(recipe), *TOY, "--output_dir", str(tmp_path / "run")]
+        + ["--backend", "trl", "--dynamic_sampling", "false", "--num_generations", "2"]
+        + ["--budget_min", "2", "--budget_max", "2"]
+    )
+    from minirl.trl_backend import train_trl
+
+    result = train_trl(toy, progress=False)
     assert len(result.metrics) == 1 and result.metrics[0]["step"] == 1
     assert (tmp_path / "run" / "metrics.jsonl").exists()
