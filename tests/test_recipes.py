@@ -14,6 +14,7 @@ import pytest
 
 import train
 from minirl.config import validate
+from minirl.errors import ConfigError
 from minirl.trainer import train as run_training
 
 RECIPES = sorted((Path(__file__).resolve().parents[1] / "tutorials" / "recipes").glob("*.yaml"))
@@ -60,13 +61,16 @@ SMOLLM2 = [p for p in RECIPES if p.stem.startswith("smollm2-")]
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", SMOLLM2, ids=[p.stem for p in SMOLLM2])
 def test_the_trl_backend_runs_the_smollm2_recipes(recipe: Path, tmp_path: Path) -> None:
-    """TRL's GRPOTrainer runs the real model's recipes too, without dynamic sampling: tied groups
-    are replaced inside minirl's step, which TRL's trainer does not let a rollout function do."""
-    toy = train.parse(
-        ["--config", str(recipe), *TOY, "--output_dir", str(tmp_path / "run")]
-        + ["--backend", "trl", "--dynamic_sampling", "false", "--num_generations", "2"]
-        + ["--budget_min", "2", "--budget_max", "2"]
-    )
+    """TRL's GRPOTrainer runs the real model's recipes too, with two of their settings set back:
+    no dynamic sampling (tied groups are replaced inside minirl's step, which TRL's trainer does
+    not let a rollout function do) and the outcome reward (GRPOTrainer gives one advantage per
+    episode, so the per-turn credit of --reward_mode process cannot be expressed); both are
+    refused in one line otherwise."""
+    args = ["--config", str(recipe), *TOY, "--output_dir", str(tmp_path / "run")]
+    args += ["--backend", "trl", "--num_generations", "2", "--budget_min", "2", "--budget_max", "2"]
+    with pytest.raises(ConfigError, match="--backend trl"):
+        validate(train.parse(args))
+    toy = train.parse([*args, "--dynamic_sampling", "false", "--reward_mode", "outcome"])
     from minirl.trl_backend import train_trl
 
     result = train_trl(toy, progress=False)
