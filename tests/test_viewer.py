@@ -25,7 +25,7 @@ import pytest
 
 import tasks
 from minirl import viewer
-from minirl.episode import Episode, Turn
+from minirl.episode import Episode
 from minirl.samples import add_samples, load_samples
 
 SEEDS = list(tasks.EVAL_SEEDS[:3])
@@ -35,30 +35,9 @@ CLUMSY = ["banana", "up", "up", "left", "<script>alert(1)</script>", "down"]
 
 def play(task: str, seed: int, choose) -> Episode:
     """An Episode whose replies come from `choose(env, turn)`, marked by the env as rollout does."""
-    env = tasks.make(task)
-    env.reset(seed)
-    episode = Episode(task, seed, 0, BUDGET, True, env.optimal_length)
-    for turn in range(BUDGET):
-        reply = choose(env, turn)
-        before = env.distance()
-        step = env.step(reply)
-        info = step.info
-        episode.turns.append(
-            Turn(
-                reply,
-                info["action"],
-                info["valid"],
-                info["mistake"],
-                info["optimal"],
-                before,
-                info["distance"],
-                step.reward,
-            )
-        )
-        if step.done:
-            episode.success = info["success"]
-            break
-    return episode
+    from minirl.eval.feedback import simulate
+
+    return simulate(task, [seed], BUDGET, choose)[0]
 
 
 def oracle(env, turn: int) -> str:
