@@ -298,18 +298,16 @@ def test_episode_viewer_replays_and_marks_error_classes(name: str) -> None:
 
     env = tasks.make(name)
     env.reset(4)
+    optimal_length = env.optimal_length  # the instance's, as the rollout records it at reset
     rng, turns = random.Random(4), []
+    keys = ("valid", "mistake", "optimal", "action")
     for _ in range(12):
         step = env.step(reply := rng.choice(env.action_words))
-        keys = ("valid", "mistake", "optimal", "action")
         turns.append({"reply": reply, **{k: step.info[k] for k in keys}})
         if step.done:
             break
-    record: dict = {"seed": 4, "turns": turns}
-    fresh = tasks.make(name)
-    fresh.reset(4)
-    record.update(optimal_length=fresh.optimal_length, success=step.info["success"])
-    frames = replay(name, record)
+    record = {"seed": 4, "turns": turns, "optimal_length": optimal_length}
+    frames = replay(name, {**record, "success": step.info["success"]})
     assert len(frames) == len(turns) + 1
     marks = {m for f in frames for m in f.marks}
     assert marks & {"avoidable error", "unavoidable error"}
