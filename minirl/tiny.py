@@ -43,10 +43,10 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, train
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 import tasks
-from minirl.cache import cache_root, write_directory_atomically
 from minirl.chat import budget_text, encode_conversation
 from minirl.config import MAX_TURNS
-from minirl.progress import progress_bar
+from minirl.infra.model_cache import cache_root, write_directory_atomically
+from minirl.infra.progress import progress_bar
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}"

@@ -9,7 +9,7 @@ One step of multi-turn GRPO, each part in its own module:
 3. score them: R_i = success - invalid_penalty * #invalid (outcome; the penalty is the format
    reward), plus per-turn oracle progress in `process` mode (minirl.rewards); turn the scores
    into group-normalised advantages on every assistant token (minirl.grpo);
-4. recompute the log-probs of the sampled tokens with gradients (minirl.batch) and minimise the
+4. recompute the log-probs of the sampled tokens with gradients (minirl.logprobs) and minimise the
    clipped surrogate (minirl.grpo) for `num_iterations` epochs, one optimizer step each, its
    gradient accumulated micro-batch by micro-batch (minirl.update), so memory is bounded by
    `per_device_train_batch_size`, not by the episodes per step; only the LoRA parameters move.
@@ -17,8 +17,8 @@ One step of multi-turn GRPO, each part in its own module:
 Before the first step and after the last, the policy is evaluated on held-out instances at a
 tight, a middle and a generous budget (minirl.eval.sampler), so every run reports base vs trained.
 Every step appends one line to OUTPUT/metrics.jsonl (and sends it to the trackers of
-`--report_to`, minirl.trackers); the run ends by drawing OUTPUT/curves.png and the episode viewer
-OUTPUT/episodes.html (minirl.outputs). Checkpoints (minirl.checkpoint) make
+`--report_to`, minirl.rundir.trackers); the run ends by drawing OUTPUT/curves.png and the episode
+viewer OUTPUT/episodes.html (minirl.rundir.outputs). Checkpoints (minirl.rundir.checkpoint) make
 `--resume` continue a killed run with the same numbers it would have produced uninterrupted.
 """
 
@@ -36,10 +36,15 @@ from peft import PeftModel
 from transformers import PreTrainedTokenizerBase
 
 from minirl import grpo
-from minirl.batch import bucketed_logps, to_batch
 from minirl.budgets import tally_budgets
 from minirl.chat import resolve_task_text
-from minirl.checkpoint import (
+from minirl.config import Config, validate
+from minirl.episode import episode_stats
+from minirl.groups import play_groups
+from minirl.infra.progress import progress_bar
+from minirl.logprobs import bucketed_logps, to_batch
+from minirl.models import load_policy, reference_policy, trainable_parameters
+from minirl.rundir.checkpoint import (
     TrainerState,
     TrainResult,
     check_not_diverged,
@@ -51,13 +56,8 @@ from minirl.checkpoint import (
     save_checkpoint,
     sole_writer,
 )
-from minirl.config import Config, validate
-from minirl.episode import episode_stats
-from minirl.groups import play_groups
-from minirl.models import load_policy, reference_policy, trainable_parameters
-from minirl.outputs import evaluate_policy, finish_run, open_loop
-from minirl.progress import progress_bar
-from minirl.trackers import check_trackers, tracking
+from minirl.rundir.outputs import evaluate_policy, finish_run, open_loop
+from minirl.rundir.trackers import check_trackers, tracking
 from minirl.update import Update, update
 
 

@@ -28,11 +28,8 @@ import torch
 
 import tasks
 from minirl.chat import resolve_task_text
-from minirl.checkpoint import CHECKPOINT_NAME, read_adapter
-from minirl.checkpoint import checkpoints as run_checkpoints
 from minirl.config import EvalArgs, validate_eval
 from minirl.engine import for_sampling
-from minirl.errors import CheckpointError, ConfigError
 from minirl.eval.analysis import (
     decision_quality,
     error_free,
@@ -53,9 +50,12 @@ from minirl.eval.results import (
     save_results,
 )
 from minirl.eval.sampler import episodes_to_play, success_counts, sweep
+from minirl.infra.errors import CheckpointError, ConfigError
+from minirl.infra.progress import progress_bar
 from minirl.models import load_policy
-from minirl.progress import progress_bar
-from minirl.samples import add_samples
+from minirl.rundir.checkpoint import CHECKPOINT_NAME, read_adapter
+from minirl.rundir.checkpoint import checkpoints as run_checkpoints
+from minirl.rundir.sample_episodes import add_samples
 
 BASE = "base"
 
@@ -166,7 +166,8 @@ def compare(args: EvalArgs, progress: bool = True, samples: Path | None = None) 
     """Evaluate every checkpoint of `args` on the same instances, states and sampling seed.
 
     With `samples`, the first episode of the first few instances at every T, for every
-    checkpoint, is kept in that file for the episode viewer (minirl.samples, minirl.viewer).
+    checkpoint, is kept in that file for the episode viewer (minirl.rundir.sample_episodes,
+    minirl.rundir.viewer).
     """
     ks, ts = validate_eval(args)
     labelled = checkpoint_labels(args.checkpoints)

@@ -73,9 +73,9 @@ On the search instances the same sequences win more (gridnav at T = 12: 0.40 aga
 out), the luck of picking the best of many. A cached read costs milliseconds.
 
 Results are deterministic given the task, T and the search's size, and are cached as JSON in
-`minirl.cache.cache_root()/openloop/`, keyed by those, a `VERSION` of this algorithm, and a
-fingerprint of the task's first instances (a changed task gets a new key). The file is read back
-with every field type-checked; anything else is recomputed.
+`minirl.infra.model_cache.cache_root()/openloop/`, keyed by those, a `VERSION` of this algorithm,
+and a fingerprint of the task's first instances (a changed task gets a new key). The file is read
+back with every field type-checked; anything else is recomputed.
 
     python -m minirl.eval.openloop --task guess --budgets 4,6,8
     python -m minirl.eval.openloop --task gridnav --budgets 4,8,12 --width 64   # a wider search
@@ -96,7 +96,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import tasks
-from minirl.cache import cache_root
+from minirl.infra.model_cache import cache_root
 
 VERSION = 1  # bump when the search or its scoring changes: old cache entries are then ignored
 EXACT = ("guess", "hilo")  # tasks whose yardstick has a closed form (see the module docstring)
@@ -439,9 +439,9 @@ def yardstick(task: str, budget: int, search_size: Search | None = None) -> Yard
 
 
 def main(argv: list[str] | None = None) -> int:
-    from minirl.cli import ArgParser, run_cli
     from minirl.config import MAX_TURNS, OpenLoopArgs
-    from minirl.validation import check_fields, parse_ints
+    from minirl.infra.cli import ArgParser, run_cli
+    from minirl.infra.validation import check_fields, parse_ints
 
     parser = ArgParser(
         OpenLoopArgs, prog="minirl.eval.openloop", description=__doc__.split("\n")[0]

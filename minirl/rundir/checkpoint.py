@@ -21,7 +21,7 @@ intact one, replaying the steps in between exactly.
 The run directory around the checkpoints has rules too, kept here with them: its location must be
 writable before anything loads (`check_writable`), one process writes it at a time
 (`sole_writer`), a run never silently resumes or overwrites an earlier one (`check_output_dir`),
-a resumed run keeps only sample episodes that replay true (minirl.viewer.load_verified), and
+a resumed run keeps only sample episodes that replay true (minirl.rundir.viewer.load_verified), and
 `metrics.jsonl` is cut back to the checkpoint's step (`metrics_up_to`) so the replayed steps are
 not logged twice.
 """
@@ -46,8 +46,8 @@ from peft import PeftModel, set_peft_model_state_dict
 from safetensors.torch import load_file
 
 from minirl.config import Config
-from minirl.errors import CheckpointError, ConfigError, DataError, RunError
-from minirl.readback import parse_json, read_json
+from minirl.infra.errors import CheckpointError, ConfigError, DataError, RunError
+from minirl.infra.readback import parse_json, read_json
 
 try:
     import fcntl  # POSIX: Linux and macOS, where minirl runs
@@ -382,7 +382,7 @@ def check_output_dir(out: Path, cfg: Config) -> list[Path]:
         )
     samples = out / "episodes.json"
     if cfg.grpo.resume and samples.exists():  # its base episodes are kept, and shown
-        from minirl.viewer import load_verified
+        from minirl.rundir.viewer import load_verified
 
         try:
             load_verified(samples)
