@@ -163,8 +163,8 @@ class GRPOArgs:
         help="Recompute each decoder layer's activations in the backward instead of keeping "
         "them: much less training memory for about one extra forward pass per update. Unset: "
         "off for tiny, where it hardly matters (its step is mostly rollout), on for a pretrained "
-        "chat model, whose natural-text conversations are long (without it, smollm2's default "
-        "step was killed for memory at 22 GB on a 24 GB CPU machine).",
+        "chat model, whose natural-text conversations are long (its peak memory without it: "
+        "tutorials/measured.md).",
     )
     # Gradients are scaled to this norm: 0 would stop every update and a negative norm reverse it.
     max_grad_norm: Positive = HfArg(default=1.0, help="Gradient clipping norm.")

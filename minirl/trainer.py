@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 import time
 import warnings
 from pathlib import Path
@@ -45,16 +44,14 @@ from minirl.infra.progress import progress_bar
 from minirl.logprobs import bucketed_logps, to_batch
 from minirl.models import load_policy, reference_policy, trainable_parameters
 from minirl.rundir.checkpoint import (
-    TrainerState,
     TrainResult,
     check_not_diverged,
     check_output_dir,
-    load_checkpoint,
-    metrics_up_to,
-    restore_rng,
+    open_run_dir,
     resume_point,
     save_checkpoint,
     sole_writer,
+    trainer_state,
 )
 from minirl.rundir.outputs import evaluate_policy, finish_run, open_loop
 from minirl.rundir.trackers import check_trackers, tracking
@@ -89,22 +86,9 @@ def _train(cfg: Config, progress: bool) -> TrainResult:
     optimizer = torch.optim.AdamW(
         trainable_parameters(model), lr=cfg.grpo.learning_rate, weight_decay=0.0
     )
+    # A fresh run directory, or the checkpoint's step, weights, optimizer and RNG states.
+    start_step, summary = open_run_dir(out, existing, resume_from, model, optimizer, rng, cfg)
     metrics_path = out / "metrics.jsonl"
-    start_step, summary = 0, {}
-    if resume_from is not None:
-        state = load_checkpoint(resume_from, model)
-        optimizer.load_state_dict(state.optimizer)
-        restore_rng(state, rng)
-        start_step, summary = state.step, state.summary
-        kept = metrics_up_to(metrics_path, start_step)
-        metrics_path.write_text("".join(line + "\n" for line in kept))
-    else:
-        out.mkdir(parents=True, exist_ok=True)
-        metrics_path.write_text("")
-        for old in existing:  # --overwrite_output_dir
-            shutil.rmtree(old)
-        (out / "episodes.json").unlink(missing_ok=True)  # an overwritten run's sample episodes
-        summary = {"config": cfg.to_dict()}
     # The text the tasks were played in: --task_text auto resolves by the tokenizer.
     summary["task_text"] = resolve_task_text(cfg.task.task_text, tokenizer)
 
@@ -138,17 +122,8 @@ def _train(cfg: Config, progress: bool) -> TrainResult:
             if progress and (step + 1) % cfg.grpo.logging_steps == 0:
                 # A plain line too: it survives in logs and CI, where no live bar is drawn.
                 bar.console.print(f"step {step + 1}/{cfg.grpo.max_steps} " + metric_line(m))
-            done = step + 1 == cfg.grpo.max_steps
-            if (step + 1) % cfg.grpo.save_steps == 0 or done:
-                state = TrainerState(
-                    step=step + 1,
-                    optimizer=optimizer.state_dict(),
-                    torch_rng=torch.get_rng_state(),
-                    python_rng=rng.getstate(),
-                    config=cfg.to_dict(),
-                    summary=summary,
-                )
-                save_checkpoint(out, model, state)
+            if (step + 1) % cfg.grpo.save_steps == 0 or step + 1 == cfg.grpo.max_steps:
+                save_checkpoint(out, model, trainer_state(step + 1, optimizer, rng, cfg, summary))
         if cfg.grpo.eval_seeds and "trained" not in summary:
             summary["trained"] = evaluate_policy(
                 model, tokenizer, cfg, out, "trained", trackers, cfg.grpo.max_steps
