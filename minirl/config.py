@@ -294,7 +294,7 @@ class Config:
 
 def validate(cfg: Config) -> None:
     """Reject settings that would fail later or silently do the wrong thing."""
-    g, b, t = cfg.grpo, cfg.budget, cfg.task
+    g, b, task = cfg.grpo, cfg.budget, cfg.task
     if isinstance(g.report_to, str):  # from --config YAML: "tensorboard" or "tensorboard,wandb"
         g.report_to = [w.strip() for w in g.report_to.split(",") if w.strip()]
     for section in (cfg.model, cfg.grpo, cfg.budget, cfg.task):
@@ -309,7 +309,7 @@ def validate(cfg: Config) -> None:
             "--dynamic_sampling replaces tied groups inside minirl's step; TRL's GRPOTrainer "
             "draws its own prompts, so --backend trl cannot express it: use --backend minirl"
         )
-    if g.backend == "trl" and t.reward_mode == "process":
+    if g.backend == "trl" and task.reward_mode == "process":
         raise ConfigError(
             "--reward_mode process needs per-turn advantages, which --backend trl cannot express "
             "(GRPOTrainer gives one advantage per episode); use --backend minirl"

@@ -143,7 +143,7 @@ def train_step(
     step: int,
 ) -> dict:
     """One GRPO step: play, score, update, report. Returns its metrics."""
-    g, b, t = cfg.grpo, cfg.budget, cfg.task
+    g, b, task = cfg.grpo, cfg.budget, cfg.task
     start = time.perf_counter()
     # 1. Play this step's groups: G episodes of each drawn instance at its budget T, all in one
     #    batched rollout on a sampling copy of the policy; with dynamic_sampling, groups whose
@@ -173,7 +173,7 @@ def train_step(
         # 3. Update: num_iterations epochs of the clipped surrogate over the same episodes, each
         #    one optimizer step on gradients accumulated micro-batch by micro-batch.
         model.train()
-        longest = t.max_new_tokens * (b.budget if b.mode == "fixed" else b.budget_max)
+        longest = task.max_new_tokens * (b.budget if b.mode == "fixed" else b.budget_max)
         for _ in range(g.num_iterations):
             updates.append(
                 update(

@@ -230,8 +230,8 @@ def grpo_config(
     cfg: Config, output_dir: str, num_processes: int = 1, progress: bool = True
 ) -> GRPOConfig:
     """minirl's Config as a GRPOConfig; see MAPPING for the fields that are not copied as is."""
-    g, b, t = cfg.grpo, cfg.budget, cfg.task
-    episodes = t.tasks_per_step * g.num_generations
+    g, b, task = cfg.grpo, cfg.budget, cfg.task
+    episodes = task.tasks_per_step * g.num_generations
     if episodes % num_processes:
         raise ConfigError(
             f"--tasks_per_step * --num_generations = {episodes} episodes per step must split "
@@ -265,7 +265,8 @@ def grpo_config(
         steps_per_generation=accumulation,
         max_steps=g.max_steps * g.num_iterations,
         save_steps=g.save_steps * g.num_iterations,
-        max_completion_length=t.max_new_tokens * (b.budget if b.mode == "fixed" else b.budget_max),
+        max_completion_length=task.max_new_tokens
+        * (b.budget if b.mode == "fixed" else b.budget_max),
         mask_truncated_completions=False,
         use_bias_correction_kl=False,
         shuffle_dataset=False,
