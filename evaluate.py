@@ -7,10 +7,10 @@
 Every compared checkpoint plays the same instances from the same seed. The terminal shows one
 table per checkpoint and the deltas against the first; --output gets results.json, results.jsonl
 and PNG plots (see minirl/eval/compare.py), and episodes.html, the checkpoints' episodes on the
-same instances side by side (minirl/viewer.py). Flags come from `EvalArgs` in minirl/config.py. Bad
-input prints one line and exits with status 2; every other expected failure (a corrupt checkpoint,
-an unwritable --output, Ctrl-C) is one line too (minirl/cli.py). `--study` takes the flags of
-`StudyArgs` instead (see minirl/study/run.py).
+same instances side by side (minirl/rundir/viewer.py). Flags come from `EvalArgs` in
+minirl/config.py. Bad input prints one line and exits with status 2; every other expected failure (a
+corrupt checkpoint, an unwritable --output, Ctrl-C) is one line too (minirl/infra/cli.py). `--study`
+takes the flags of `StudyArgs` instead (see minirl/study/run.py).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from minirl.cli import ArgParser, run_cli
 from minirl.config import EvalArgs, StudyArgs, validate_eval, validate_study
+from minirl.infra.cli import ArgParser, run_cli
 
 
 def build_parser() -> ArgParser:
@@ -54,7 +54,7 @@ def study_main(argv: list[str]) -> int:
 
 def study(args: StudyArgs, argv: list[str]) -> int:
     validate_study(args)
-    from minirl.checkpoint import sole_writer
+    from minirl.rundir.checkpoint import sole_writer
     from minirl.study.report import write_report
     from minirl.study.run import run_study
 
@@ -77,10 +77,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(args: EvalArgs) -> int:
     validate_eval(args)  # before the heavy imports, so bad flags fail at once
-    from minirl.checkpoint import sole_writer
     from minirl.eval.compare import compare, write_outputs
     from minirl.eval.tables import print_tables
-    from minirl.viewer import write_page
+    from minirl.rundir.checkpoint import sole_writer
+    from minirl.rundir.viewer import write_page
 
     # Checked writable before hours of evaluation, not after; and written by one process at once.
     with sole_writer(args.output, "--output"):

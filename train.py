@@ -9,8 +9,8 @@
 
 Every flag comes from the dataclasses in minirl/config.py (`python train.py --help`). Bad values
 print one line naming the flag and exit with status 2; nothing is trained. Every other expected
-failure is one line too (minirl/cli.py): a run that cannot finish (diverged, disk full) exits 1,
-Ctrl-C exits 130, each saying which checkpoint `--resume` will continue from.
+failure is one line too (minirl/infra/cli.py): a run that cannot finish (diverged, disk full) exits
+1, Ctrl-C exits 130, each saying which checkpoint `--resume` will continue from.
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ import sys
 import yaml
 from trl import TrlParser
 
+from minirl.config import BudgetArgs, Config, GRPOArgs, ModelArgs, TaskArgs, validate
+
 # Only the light modules load before parsing: torch, peft and bitsandbytes take seconds to import,
 # and --help or a bad flag should answer at once.
-from minirl.cli import ArgParser, run_cli
-from minirl.config import BudgetArgs, Config, GRPOArgs, ModelArgs, TaskArgs, validate
+from minirl.infra.cli import ArgParser, run_cli
 
 
 class Parser(ArgParser, TrlParser):
@@ -80,7 +81,7 @@ def run(cfg: Config) -> int:
     else:
         from minirl.trainer import train
 
-    from minirl.outputs import before_after
+    from minirl.rundir.outputs import before_after
 
     result = train(cfg)
     for line in before_after(result.summary, cfg.task.task):
@@ -91,7 +92,7 @@ def run(cfg: Config) -> int:
 
 def resume_hint(cfg: Config) -> str:
     """What a failed or interrupted run leaves: the checkpoint --resume continues from."""
-    from minirl.checkpoint import checkpoints
+    from minirl.rundir.checkpoint import checkpoints
 
     found = checkpoints(cfg.output_dir)
     if not found:

@@ -2,32 +2,33 @@
 
 One file per step of the method, in the order data flows through a training step:
 
-    config.py, errors.py      the settings of every command, and the one-line errors
-    validation.py, cli.py     every field checked from its type; the CLIs' one error path
-    models.py                 the policy: a 4-bit base with LoRA (tiny.py, smollm2.py: two bases)
+    config.py                 the settings of every command (TRL's names), one dataclass each
+    models.py                 the policy: a 4-bit base with LoRA (tiny.py builds the tiny base)
     chat.py                   a conversation as token segments, with the assistant mask
     episode.py                the records: EpisodeSpec -> Episode (Turns, ids, masks, log-probs)
-    rollout.py                task -> episodes: batched multi-turn generation
+    rollout.py                task -> episodes: every episode of a step, one turn at a time
+    engine.py                 the sampler: a dense copy of the policy, a preallocated KV cache
+                              (hf_generate.py: transformers' generate, the reference)
     budgets.py                the turn budget T of each group (fixed | budgetmix)
+    groups.py                 a step's groups, dropping tied ones with --dynamic_sampling
     rewards.py                episodes -> rewards (outcome, or per-turn process)
     grpo.py                   rewards -> advantages -> the clipped loss
-    batch.py                  episodes -> tensors -> log-probs (the training forward)
-    update.py                 loss -> gradient, one micro-batch at a time (accumulation)
+    logprobs.py               episodes -> tensors -> log-probs (the training forward)
+    update.py                 loss -> gradient, one micro-batch at a time, and the optimizer step
     trainer.py                the loop: train() and train_step()
-    checkpoint.py             atomic checkpoints, resume, the run directory's rules
-    trackers.py               --report_to: tensorboard, trackio, wandb
-    curves.py, viewer.py      what to look at: curves.png, episodes.html (samples.py: its data;
-                              outputs.py: what both backends write at a run's start and end)
     trl_backend.py            the same pieces inside trl.GRPOTrainer
     eval/                     Pass@(K,T) and the behaviour analyses (evaluate.py)
     study/                    the paper's claims on toy tasks (evaluate.py --study)
-    tools/                    the benchmark and the GPU memory estimate
-    offline.py                no network unless a hub model is named
+    tools/                    the benchmark, the GPU memory estimate, the notebooks' generator
+    rundir/                   what a run leaves behind: checkpoints, trackers, curves.png,
+                              episodes.html
+    infra/                    the plumbing under everything: one-line errors and field checks,
+                              the model cache, progress bars, offline mode
 """
 
 import logging
 
-from minirl import offline
+from minirl.infra import offline
 
 # Before anything imports bitsandbytes: its CPU backend must not ask the hub for a kernel.
 offline.install()

@@ -10,7 +10,7 @@ meaning (`num_generations`, `beta`, `epsilon`, `loss_type`, `scale_rewards`, ...
 task fields are minirl's own.
 
 A numeric field declares its range in its type, `Annotated[int, Range(ge=1)]` (the common ones are
-named below: `Count`, `Turns`, `Seed`, ...): minirl.validation checks every field against its
+named below: `Count`, `Turns`, `Seed`, ...): minirl.infra.validation checks every field against its
 type and range, from flags and from YAML alike, and writes the range into `--help`. The
 `validate*` functions run those checks, then the ones that involve two fields, and turn every bad
 value into a one-line `ConfigError` naming the flag, before anything heavy loads.
@@ -26,8 +26,8 @@ from typing import Annotated, Literal
 from transformers.hf_argparser import HfArg
 
 import tasks
-from minirl.errors import ConfigError
-from minirl.validation import Range, check_fields, check_model, parse_ints
+from minirl.infra.errors import ConfigError
+from minirl.infra.validation import Range, check_fields, check_model, parse_ints
 
 # The largest turn budget T: the tiny model's vocabulary holds "turns left" counts up to this
 # (minirl.tiny), and evaluation expands T ranges, so `--t 1-300000000` must stop here.
@@ -38,7 +38,7 @@ EVAL_POOL_WHY = f"the held-out pool, tasks.EVAL_SEEDS, has {EVAL_POOL} instances
 # numpy (and TRL's set_seed, through it) takes seeds below 2**32.
 SEED = Range(ge=0, le=2**32 - 1, why="seeds are 32-bit")
 
-# The field types with their ranges (minirl.validation); argparse sees the plain int or float.
+# The field types with their ranges (minirl.infra.validation); argparse sees the plain int or float.
 Count = Annotated[int, Range(ge=1)]
 Turns = Annotated[int, TURNS]
 Seed = Annotated[int, SEED]
@@ -163,8 +163,8 @@ class GRPOArgs:
         help="Recompute each decoder layer's activations in the backward instead of keeping "
         "them: much less training memory for about one extra forward pass per update. Unset: "
         "off for tiny, where it hardly matters (its step is mostly rollout), on for a pretrained "
-        "chat model, whose natural-text conversations are long (without it, smollm2's default "
-        "step was killed for memory at 22 GB on a 24 GB CPU machine).",
+        "chat model, whose natural-text conversations are long (its peak memory without it: "
+        "tutorials/measured.md).",
     )
     # Gradients are scaled to this norm: 0 would stop every update and a negative norm reverse it.
     max_grad_norm: Positive = HfArg(default=1.0, help="Gradient clipping norm.")
@@ -200,7 +200,7 @@ class GRPOArgs:
         help="Trackers for the step metrics, the before/after evaluation and sample episodes: "
         "none, or any of tensorboard (OUTPUT/tensorboard), trackio (its local store, "
         "`trackio show`), wandb (offline into OUTPUT/wandb when no W&B login is set up). "
-        "metrics.jsonl is always written. See minirl.trackers.",
+        "metrics.jsonl is always written. See minirl.rundir.trackers.",
     )
 
 
@@ -294,11 +294,11 @@ class Config:
 
 def validate(cfg: Config) -> None:
     """Reject settings that would fail later or silently do the wrong thing."""
-    g, b, t = cfg.grpo, cfg.budget, cfg.task
+    g, b, task = cfg.grpo, cfg.budget, cfg.task
     if isinstance(g.report_to, str):  # from --config YAML: "tensorboard" or "tensorboard,wandb"
         g.report_to = [w.strip() for w in g.report_to.split(",") if w.strip()]
     for section in (cfg.model, cfg.grpo, cfg.budget, cfg.task):
-        check_fields(section)  # every field's type and range (minirl.validation)
+        check_fields(section)  # every field's type and range (minirl.infra.validation)
     check_model(cfg.model.model)
     if b.budget_min > b.budget_max:
         raise ConfigError(f"--budget_min ({b.budget_min}) must be <= --budget_max ({b.budget_max})")
@@ -309,7 +309,7 @@ def validate(cfg: Config) -> None:
             "--dynamic_sampling replaces tied groups inside minirl's step; TRL's GRPOTrainer "
             "draws its own prompts, so --backend trl cannot express it: use --backend minirl"
         )
-    if g.backend == "trl" and t.reward_mode == "process":
+    if g.backend == "trl" and task.reward_mode == "process":
         raise ConfigError(
             "--reward_mode process needs per-turn advantages, which --backend trl cannot express "
             "(GRPOTrainer gives one advantage per episode); use --backend minirl"
@@ -412,7 +412,7 @@ def parse_ks_ts(k: str, t: str, n: int) -> tuple[list[int], list[int]]:
 
 def validate_eval(args: EvalArgs) -> tuple[list[int], list[int]]:
     """Check evaluate.py's flags; returns the parsed K and T lists."""
-    check_fields(args)  # every field's type and range (minirl.validation)
+    check_fields(args)  # every field's type and range (minirl.infra.validation)
     check_model(args.model)
     ks, ts = parse_ks_ts(args.k, args.t, args.n)
     if args.task not in tasks.NAMES:
@@ -499,7 +499,7 @@ class StudyArgs:
 
 
 def validate_study(args: StudyArgs) -> None:
-    check_fields(args)  # every field's type and range (minirl.validation)
+    check_fields(args)  # every field's type and range (minirl.infra.validation)
     check_model(args.model)
     if args.control:
         check_model(args.control)
@@ -593,7 +593,7 @@ class BenchArgs:
 
 
 def validate_bench(args: BenchArgs) -> None:
-    check_fields(args)  # every field's type and range (minirl.validation)
+    check_fields(args)  # every field's type and range (minirl.infra.validation)
     check_model(args.model)
     if args.task not in tasks.NAMES:
         raise ConfigError(f"--task {args.task!r}: valid tasks are {', '.join(tasks.NAMES)}")
@@ -613,7 +613,7 @@ def memory_episodes(args: BenchArgs) -> list[int]:
 
 @dataclass
 class ViewerArgs:
-    """python -m minirl.viewer DIR: the episode viewer page of a run or an evaluation."""
+    """python -m minirl.rundir.viewer DIR: the episode viewer page of a run or an evaluation."""
 
     budget: Annotated[int, Range(ge=0, le=MAX_TURNS)] = HfArg(
         default=0, help="Show the episodes played at this turn budget T (0 = the middle one kept)."
@@ -624,7 +624,7 @@ class ViewerArgs:
 
 @dataclass
 class CurvesArgs:
-    """python -m minirl.curves RUN_DIR: training curves from RUN_DIR/metrics.jsonl."""
+    """python -m minirl.rundir.curves RUN_DIR: training curves from RUN_DIR/metrics.jsonl."""
 
     output: str = HfArg(default="", help="Where to write the PNG; default RUN_DIR/curves.png.")
 

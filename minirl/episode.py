@@ -15,6 +15,10 @@ from there.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import tasks
 
 
 @dataclass
@@ -109,3 +113,11 @@ def episode_stats(episodes: list[Episode]) -> dict[str, float]:
         "budget": sum(e.budget for e in episodes) / n,
         **turn_rates(episodes),
     }
+
+
+@dataclass
+class Playing:
+    """One episode in progress: its environment, and the record the rollout is writing."""
+
+    env: tasks.Env
+    episode: Episode

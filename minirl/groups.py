@@ -121,10 +121,11 @@ def play(
     draws: list[tuple[int, int]],
 ) -> list[Group]:
     """Play G episodes of each (instance seed, T) together, and score them."""
-    g, b, t = cfg.grpo, cfg.budget, cfg.task
-    text = resolve_task_text(t.task_text, tokenizer)  # compact for tiny, natural for a chat model
+    g, b, task = cfg.grpo, cfg.budget, cfg.task
+    # The tasks' text follows the tokenizer: compact for tiny, natural for a chat model.
+    text = resolve_task_text(task.task_text, tokenizer)
     specs = [
-        EpisodeSpec(t.task, seed, budget, group)
+        EpisodeSpec(task.task, seed, budget, group)
         for group, (seed, budget) in enumerate(draws)
         for _ in range(g.num_generations)
     ]
@@ -136,13 +137,13 @@ def play(
         specs,
         g.generation_batch_size,
         engine=g.rollout_engine,
-        max_new_tokens=t.max_new_tokens,
+        max_new_tokens=task.max_new_tokens,
         temperature=g.temperature,
         budget_visible=b.budget_visible,
         task_text=text,
         reuse_cache=g.reuse_kv_cache,
     )
-    rewards = outcome_rewards(episodes, invalid_penalty_for(t.invalid_penalty, text))
+    rewards = outcome_rewards(episodes, invalid_penalty_for(task.invalid_penalty, text))
     n = g.num_generations
     return [
         Group(
@@ -152,7 +153,7 @@ def play(
             rewards[i * n : (i + 1) * n],
             (
                 [progress_rewards(e) for e in episodes[i * n : (i + 1) * n]]
-                if t.reward_mode == "process"
+                if task.reward_mode == "process"
                 else None
             ),
         )

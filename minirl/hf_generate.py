@@ -34,7 +34,7 @@ from transformers.generation.utils import GenerationMixin
 from minirl.chat import eos_id
 
 if TYPE_CHECKING:
-    from minirl.rollout import Playing
+    from minirl.episode import Playing
 
 
 def generation_config(

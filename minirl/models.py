@@ -11,9 +11,9 @@ with its adapters switched off (`model.disable_adapter()`), so no second copy is
 
 `name` is `tiny` (the embedded base for the task, from minirl.tiny, built on first use;
 `tiny-sticky` and `tiny-truncated` are its variants with a recovery deficit), `smollm2` (a real
-135M chat model converted once from a GGUF file, minirl.smollm2), a local checkpoint directory,
-or a hub id `owner/name` such as `Qwen/Qwen2.5-0.5B-Instruct` (needs internet once and, in
-practice, a GPU; minirl.tools.gpu_memory estimates what a run needs). A hub id is the only name
+135M chat model converted once from a GGUF file, minirl.infra.smollm2), a local checkpoint
+directory, or a hub id `owner/name` such as `Qwen/Qwen2.5-0.5B-Instruct` (needs internet once and,
+in practice, a GPU; minirl.tools.gpu_memory estimates what a run needs). A hub id is the only name
 that reaches the network; a name that is none of these is refused at once.
 `quant="none"` skips quantization; the rest of the path is identical.
 """
@@ -38,8 +38,8 @@ from transformers import (
 from transformers.utils import logging as hf_logging
 
 from minirl.chat import word_level
-from minirl.errors import CheckpointError, ModelLoadError
-from minirl.validation import MODEL_CHOICES, TINY_MODELS, check_model
+from minirl.infra.errors import CheckpointError, ModelLoadError
+from minirl.infra.validation import MODEL_CHOICES, TINY_MODELS, check_model
 
 QUANT_CHOICES = ("nf4", "none")
 
@@ -51,7 +51,7 @@ def default_device() -> torch.device:
 def resolve_model_path(name: str, task: str = "gridnav") -> str:
     """Map `tiny` to the cached tiny base for `task` (built if needed); pass other names through.
 
-    Any other name must be a model directory or a hub id (minirl.validation.check_model).
+    Any other name must be a model directory or a hub id (minirl.infra.validation.check_model).
     """
     if name in TINY_MODELS:  # tiny, or tiny-<demonstrator> (a base with a recovery deficit)
         from minirl.tiny import TinyRecipe, ensure_tiny
@@ -59,7 +59,7 @@ def resolve_model_path(name: str, task: str = "gridnav") -> str:
         recipe = TinyRecipe.for_task(task, name.partition("-")[2] or "uniform")
         return str(ensure_tiny(recipe).path)
     if name == "smollm2":
-        from minirl.smollm2 import ensure_smollm2
+        from minirl.infra.smollm2 import ensure_smollm2
 
         return str(ensure_smollm2().path)
     check_model(name)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -35,7 +34,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 import tasks
 from minirl.chat import budget_text, encode_texts, eos_id, prompt_text, turn_suffix_text
 from minirl.engine import DenseDecoder, for_sampling, new_cache, sample_replies
-from minirl.episode import Episode, EpisodeSpec, Turn
+from minirl.episode import Episode, EpisodeSpec, Playing, Turn
 from minirl.hf_generate import GenerateTurns
 
 
@@ -52,14 +51,6 @@ def eval_mode(policy: torch.nn.Module | DenseDecoder) -> Iterator[None]:
     finally:
         if was_training:
             policy.train()
-
-
-@dataclass
-class Playing:
-    """One episode in progress: its environment, and the record the rollout is writing."""
-
-    env: tasks.Env
-    episode: Episode
 
 
 def start_episode(

@@ -12,14 +12,10 @@ No model hub is reachable in many classrooms, so minirl makes its own small base
    The loss is next-token cross-entropy on the assistant tokens only, over whole multi-turn
    conversations laid out exactly as rollouts lay them out (minirl.chat), so every reply is a
    (history -> action) example. The result is imperfect but not hopeless, like an instruct model
-   meeting a new task, which leaves RL something to improve. Measured held-out success at
-   T = 4 / 8 / 12 (200 seeds): gridnav 0.24 / 0.51 / 0.71, icy 0.10 / 0.18 / 0.33, guess
-   0.24 / 0.40 / 0.53. sokoban's warm start at epsilon 0.5 stayed at the uniform plateau
-   (0.01 / 0.00 / 0.03); at epsilon 0.3 (TASK_RECIPES) it reaches 0.06 / 0.18 / 0.28, and 0.36 at
-   T = 16, built in 156 s.
-   The hidden-information tasks, at T = 4 / 8 / 12 / 16 (200 seeds, standard error <= 0.035):
-   hilo 0.26 / 0.40 / 0.60 / 0.68, fog (epsilon 0.7) 0.07 / 0.24 / 0.34 / 0.39, house
-   (epsilon 0.3) 0.06 / 0.14 / 0.23 / 0.32; each builds in 90-120 s on a 2-core CPU.
+   meeting a new task, which leaves RL something to improve. epsilon is set per task
+   (TASK_RECIPES) so that each base starts well below the oracle and above the uniform plateau:
+   sokoban's deadlocks keep a base at epsilon 0.5 on that plateau, so it uses 0.3 (the bases'
+   measured success per task is in tutorials/measured.md).
 
 The build is deterministic in its recipe. It is saved with `save_pretrained` under
 `<cache>/minirl/tiny-<hash of the recipe>`, so every later run loads it with
@@ -43,10 +39,10 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, train
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 import tasks
-from minirl.cache import cache_root, write_directory_atomically
 from minirl.chat import budget_text, encode_conversation
 from minirl.config import MAX_TURNS
-from minirl.progress import progress_bar
+from minirl.infra.model_cache import cache_root, write_directory_atomically
+from minirl.infra.progress import progress_bar
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}"

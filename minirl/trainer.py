@@ -9,7 +9,7 @@ One step of multi-turn GRPO, each part in its own module:
 3. score them: R_i = success - invalid_penalty * #invalid (outcome; the penalty is the format
    reward), plus per-turn oracle progress in `process` mode (minirl.rewards); turn the scores
    into group-normalised advantages on every assistant token (minirl.grpo);
-4. recompute the log-probs of the sampled tokens with gradients (minirl.batch) and minimise the
+4. recompute the log-probs of the sampled tokens with gradients (minirl.logprobs) and minimise the
    clipped surrogate (minirl.grpo) for `num_iterations` epochs, one optimizer step each, its
    gradient accumulated micro-batch by micro-batch (minirl.update), so memory is bounded by
    `per_device_train_batch_size`, not by the episodes per step; only the LoRA parameters move.
@@ -17,8 +17,8 @@ One step of multi-turn GRPO, each part in its own module:
 Before the first step and after the last, the policy is evaluated on held-out instances at a
 tight, a middle and a generous budget (minirl.eval.sampler), so every run reports base vs trained.
 Every step appends one line to OUTPUT/metrics.jsonl (and sends it to the trackers of
-`--report_to`, minirl.trackers); the run ends by drawing OUTPUT/curves.png and the episode viewer
-OUTPUT/episodes.html (minirl.outputs). Checkpoints (minirl.checkpoint) make
+`--report_to`, minirl.rundir.trackers); the run ends by drawing OUTPUT/curves.png and the episode
+viewer OUTPUT/episodes.html (minirl.rundir.outputs). Checkpoints (minirl.rundir.checkpoint) make
 `--resume` continue a killed run with the same numbers it would have produced uninterrupted.
 """
 
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 import time
 import warnings
 from pathlib import Path
@@ -36,28 +35,26 @@ from peft import PeftModel
 from transformers import PreTrainedTokenizerBase
 
 from minirl import grpo
-from minirl.batch import bucketed_logps, to_batch
 from minirl.budgets import tally_budgets
 from minirl.chat import resolve_task_text
-from minirl.checkpoint import (
-    TrainerState,
-    TrainResult,
-    check_not_diverged,
-    check_output_dir,
-    load_checkpoint,
-    metrics_up_to,
-    restore_rng,
-    resume_point,
-    save_checkpoint,
-    sole_writer,
-)
 from minirl.config import Config, validate
 from minirl.episode import episode_stats
 from minirl.groups import play_groups
+from minirl.infra.progress import progress_bar
+from minirl.logprobs import bucketed_logps, to_batch
 from minirl.models import load_policy, reference_policy, trainable_parameters
-from minirl.outputs import evaluate_policy, finish_run, open_loop
-from minirl.progress import progress_bar
-from minirl.trackers import check_trackers, tracking
+from minirl.rundir.checkpoint import (
+    TrainResult,
+    check_not_diverged,
+    check_output_dir,
+    open_run_dir,
+    resume_point,
+    save_checkpoint,
+    sole_writer,
+    trainer_state,
+)
+from minirl.rundir.outputs import evaluate_policy, finish_run, open_loop
+from minirl.rundir.trackers import check_trackers, tracking
 from minirl.update import Update, update
 
 
@@ -89,22 +86,9 @@ def _train(cfg: Config, progress: bool) -> TrainResult:
     optimizer = torch.optim.AdamW(
         trainable_parameters(model), lr=cfg.grpo.learning_rate, weight_decay=0.0
     )
+    # A fresh run directory, or the checkpoint's step, weights, optimizer and RNG states.
+    start_step, summary = open_run_dir(out, existing, resume_from, model, optimizer, rng, cfg)
     metrics_path = out / "metrics.jsonl"
-    start_step, summary = 0, {}
-    if resume_from is not None:
-        state = load_checkpoint(resume_from, model)
-        optimizer.load_state_dict(state.optimizer)
-        restore_rng(state, rng)
-        start_step, summary = state.step, state.summary
-        kept = metrics_up_to(metrics_path, start_step)
-        metrics_path.write_text("".join(line + "\n" for line in kept))
-    else:
-        out.mkdir(parents=True, exist_ok=True)
-        metrics_path.write_text("")
-        for old in existing:  # --overwrite_output_dir
-            shutil.rmtree(old)
-        (out / "episodes.json").unlink(missing_ok=True)  # an overwritten run's sample episodes
-        summary = {"config": cfg.to_dict()}
     # The text the tasks were played in: --task_text auto resolves by the tokenizer.
     summary["task_text"] = resolve_task_text(cfg.task.task_text, tokenizer)
 
@@ -138,17 +122,8 @@ def _train(cfg: Config, progress: bool) -> TrainResult:
             if progress and (step + 1) % cfg.grpo.logging_steps == 0:
                 # A plain line too: it survives in logs and CI, where no live bar is drawn.
                 bar.console.print(f"step {step + 1}/{cfg.grpo.max_steps} " + metric_line(m))
-            done = step + 1 == cfg.grpo.max_steps
-            if (step + 1) % cfg.grpo.save_steps == 0 or done:
-                state = TrainerState(
-                    step=step + 1,
-                    optimizer=optimizer.state_dict(),
-                    torch_rng=torch.get_rng_state(),
-                    python_rng=rng.getstate(),
-                    config=cfg.to_dict(),
-                    summary=summary,
-                )
-                save_checkpoint(out, model, state)
+            if (step + 1) % cfg.grpo.save_steps == 0 or step + 1 == cfg.grpo.max_steps:
+                save_checkpoint(out, model, trainer_state(step + 1, optimizer, rng, cfg, summary))
         if cfg.grpo.eval_seeds and "trained" not in summary:
             summary["trained"] = evaluate_policy(
                 model, tokenizer, cfg, out, "trained", trackers, cfg.grpo.max_steps
@@ -168,7 +143,7 @@ def train_step(
     step: int,
 ) -> dict:
     """One GRPO step: play, score, update, report. Returns its metrics."""
-    g, b, t = cfg.grpo, cfg.budget, cfg.task
+    g, b, task = cfg.grpo, cfg.budget, cfg.task
     start = time.perf_counter()
     # 1. Play this step's groups: G episodes of each drawn instance at its budget T, all in one
     #    batched rollout on a sampling copy of the policy; with dynamic_sampling, groups whose
@@ -198,7 +173,7 @@ def train_step(
         # 3. Update: num_iterations epochs of the clipped surrogate over the same episodes, each
         #    one optimizer step on gradients accumulated micro-batch by micro-batch.
         model.train()
-        longest = t.max_new_tokens * (b.budget if b.mode == "fixed" else b.budget_max)
+        longest = task.max_new_tokens * (b.budget if b.mode == "fixed" else b.budget_max)
         for _ in range(g.num_iterations):
             updates.append(
                 update(

@@ -22,7 +22,7 @@ Outputs match minirl's runs where they can: OUTPUT/checkpoint-N (TRL's own check
 optimizer, RNG), the final adapter in OUTPUT itself, OUTPUT/metrics.jsonl (TRL's log lines),
 OUTPUT/summary.json (held-out success before and after), OUTPUT/trainer_state.json with the
 minirl config, which evaluate.py reads to check the task and base model, and the pictures of
-minirl.outputs (curves.png, episodes.html); `--report_to` goes to GRPOConfig (see MAPPING).
+minirl.rundir.outputs (curves.png, episodes.html); `--report_to` goes to GRPOConfig (see MAPPING).
 """
 
 from __future__ import annotations
@@ -47,7 +47,14 @@ from trl.models import unwrap_model_for_generation
 
 from minirl.budgets import draw_groups
 from minirl.chat import resolve_task_text
-from minirl.checkpoint import (
+from minirl.config import Config, validate
+from minirl.episode import Episode, EpisodeSpec
+from minirl.infra.errors import ConfigError, DataError
+from minirl.infra.readback import read_json
+from minirl.models import load_policy
+from minirl.rewards import invalid_penalty_for, outcome_rewards
+from minirl.rollout import rollout_in_chunks
+from minirl.rundir.checkpoint import (
     TrainResult,
     check_not_diverged,
     check_output_dir,
@@ -55,15 +62,8 @@ from minirl.checkpoint import (
     resume_point,
     sole_writer,
 )
-from minirl.config import Config, validate
-from minirl.episode import Episode, EpisodeSpec
-from minirl.errors import ConfigError, DataError
-from minirl.models import load_policy
-from minirl.outputs import evaluate_policy, finish_run, open_loop
-from minirl.readback import read_json
-from minirl.rewards import invalid_penalty_for, outcome_rewards
-from minirl.rollout import rollout_in_chunks
-from minirl.trackers import PROJECT, Trackers, check_trackers, environment, tracking
+from minirl.rundir.outputs import evaluate_policy, finish_run, open_loop
+from minirl.rundir.trackers import PROJECT, Trackers, check_trackers, environment, tracking
 
 # Fields of GRPOConfig that minirl sets from something other than the field of the same name.
 # Every other field minirl passes (num_generations, learning_rate, beta, epsilon, epsilon_high,
@@ -72,7 +72,7 @@ from minirl.trackers import PROJECT, Trackers, check_trackers, environment, trac
 MAPPING: dict[str, str] = {
     "per_device_train_batch_size": "the same name and meaning (episodes per forward pass), "
     "capped at tasks_per_step * num_generations / number of processes; TRL does not sort the "
-    "micro-batches by length as minirl.batch.micro_batches does.",
+    "micro-batches by length as minirl.logprobs.micro_batches does.",
     "gradient_accumulation_steps": "the micro-batches that make up one process's share of a "
     "rollout batch, so one optimizer step sees the whole batch, as in minirl.",
     "steps_per_generation": "= gradient_accumulation_steps: a new rollout batch for every "
@@ -98,14 +98,15 @@ MAPPING: dict[str, str] = {
     "minirl's --generation_batch_size episodes, as minirl's trainer does.",
     "bf16": "True only on a CUDA device with bf16 support (GRPOConfig defaults to True, which on "
     "a CPU would run the training forward in bf16 autocast).",
-    "save_total_limit": "2, as minirl.checkpoint keeps the two newest checkpoints.",
+    "save_total_limit": "2, as minirl.rundir.checkpoint keeps the two newest checkpoints.",
     "report_to": "the same name and meaning; TRL's callbacks log TRL's metrics to each tracker, "
     "pointed at minirl's places (OUTPUT/tensorboard, trackio project 'minirl', offline W&B in "
-    "OUTPUT/wandb; minirl.trackers.environment), and run_name is the output directory's name. "
+    "OUTPUT/wandb; minirl.rundir.trackers.environment), and run_name is the output directory's "
+    "name. "
     "The before/after evaluation and the sample episodes are logged there after training. "
     "OUTPUT/metrics.jsonl is written whatever report_to says.",
     "run_name, project": "the output directory's name, and 'minirl': trackio's and W&B's run "
-    "and project, as minirl.trackers names them.",
+    "and project, as minirl.rundir.trackers names them.",
     "logging_steps": "1: TRL averages what it logs over the steps since its last log, and after "
     "a resume that window starts at the resume, so a line would differ from the uninterrupted "
     "run's. Logged every step, each metrics.jsonl line is one step's numbers, as in minirl; "
@@ -229,8 +230,8 @@ def grpo_config(
     cfg: Config, output_dir: str, num_processes: int = 1, progress: bool = True
 ) -> GRPOConfig:
     """minirl's Config as a GRPOConfig; see MAPPING for the fields that are not copied as is."""
-    g, b, t = cfg.grpo, cfg.budget, cfg.task
-    episodes = t.tasks_per_step * g.num_generations
+    g, b, task = cfg.grpo, cfg.budget, cfg.task
+    episodes = task.tasks_per_step * g.num_generations
     if episodes % num_processes:
         raise ConfigError(
             f"--tasks_per_step * --num_generations = {episodes} episodes per step must split "
@@ -264,7 +265,8 @@ def grpo_config(
         steps_per_generation=accumulation,
         max_steps=g.max_steps * g.num_iterations,
         save_steps=g.save_steps * g.num_iterations,
-        max_completion_length=t.max_new_tokens * (b.budget if b.mode == "fixed" else b.budget_max),
+        max_completion_length=task.max_new_tokens
+        * (b.budget if b.mode == "fixed" else b.budget_max),
         mask_truncated_completions=False,
         use_bias_correction_kl=False,
         shuffle_dataset=False,
@@ -320,7 +322,8 @@ class PrintEvery(ProgressCallback):
 
 
 class StopIfDiverged(TrainerCallback):
-    """minirl.checkpoint.check_not_diverged after every optimizer step, before TRL saves it."""
+    """minirl.rundir.checkpoint.check_not_diverged after every optimizer step, before TRL saves
+    it."""
 
     def __init__(self, model: torch.nn.Module, cfg: Config) -> None:
         self.model, self.cfg = model, cfg

@@ -5,7 +5,7 @@ depend on the whole step (minirl.grpo: dapo and bnpo divide by the step's loss-t
 by its episode count, dr_grpo by ``episodes * max_completion_length``). So:
 
 1. count the step's loss tokens and episodes once, before any forward pass;
-2. for each length-sorted micro-batch (minirl.batch.micro_batches): forward, the loss of its rows
+2. for each length-sorted micro-batch (minirl.logprobs.micro_batches): forward, the loss of its rows
    with the step's counts as denominators, and ``backward()`` at once, which frees its activations;
 3. the gradients add up in each parameter's ``.grad``: ``sum_k grad L_k = grad L``, the gradient of
    one pass over the whole step, to float rounding.
@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from minirl.batch import Batch, loss_token_logps, micro_batches
 from minirl.config import GRPOArgs
 from minirl.grpo import policy_loss
+from minirl.logprobs import Batch, loss_token_logps, micro_batches
 
 
 @dataclass

@@ -234,8 +234,8 @@ class Env:
     def picture(self) -> dict | None:
         """The current state as something to draw, for people only; None when the task has none.
 
-        The episode viewer (minirl.viewer) replays an episode through a fresh env and draws this
-        after every turn; the model never sees it (it reads the observation). An optional hook:
+        The episode viewer (minirl.rundir.viewer) replays an episode through a fresh env and draws
+        this after every turn; the model never sees it (it reads the observation). An optional hook:
         the default is None, and the viewer then shows the observation text alone. A task with a
         grid returns a plain, JSON-ready dict; cells are [row, col], row 0 at the top:
 

@@ -2,8 +2,9 @@
 
 Every DNS lookup and every internet socket connection or datagram is refused and recorded in LOG
 (the Python process only: a helper binary a library starts is not covered), so a test
-can check that a run never reached for the network ("offline means offline", minirl/offline.py).
-The script runs as `__main__`, exactly as `python SCRIPT ARGS...` would run it.
+can check that a run never reached for the network ("offline means offline",
+minirl/infra/offline.py). The script runs as `__main__`, exactly as `python SCRIPT ARGS...` would
+run it.
 """
 
 from __future__ import annotations

@@ -30,7 +30,10 @@ from torch.utils.tensorboard import SummaryWriter
 
 import minirl.trainer
 import minirl.update
-from minirl.checkpoint import (
+from minirl.config import BudgetArgs, Config, GRPOArgs, ModelArgs, TaskArgs
+from minirl.infra.errors import CheckpointError, ConfigError, RunError
+from minirl.models import load_policy
+from minirl.rundir.checkpoint import (
     TrainerState,
     check_not_diverged,
     checkpoints,
@@ -38,9 +41,6 @@ from minirl.checkpoint import (
     save_checkpoint,
     weights_problem,
 )
-from minirl.config import BudgetArgs, Config, GRPOArgs, ModelArgs, TaskArgs
-from minirl.errors import CheckpointError, ConfigError, RunError
-from minirl.models import load_policy
 from minirl.trainer import train
 
 TIMING_KEYS = {"seconds", "rollout_seconds"}
@@ -376,14 +376,14 @@ def test_a_full_disk_mid_write_leaves_the_last_checkpoint_and_no_debris(
 KILLED_CHILD = r"""
 import json, os, random, signal, sys
 import torch
-import minirl.checkpoint
+import minirl.rundir.checkpoint
 import minirl.trainer as trainer
 from minirl.config import Config
 
 cfg, seed, mode = Config.from_dict(json.loads(sys.argv[1])), int(sys.argv[2]), sys.argv[3]
 torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 real_save, counted = trainer.save_checkpoint, []
-top = minirl.checkpoint.save_checkpoint.__code__
+top = minirl.rundir.checkpoint.save_checkpoint.__code__
 
 def save_and_maybe_die(output_dir, model, state, *args, **kwargs):
     last = state.step == cfg.grpo.max_steps

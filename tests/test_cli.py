@@ -1,4 +1,5 @@
-"""minirl.cli: one-line argparse errors, and run_cli's one error path (status codes, Ctrl-C)."""
+"""minirl.infra.cli: one-line argparse errors, and run_cli's one error path (status codes,
+Ctrl-C)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from typing import Annotated
 
 import pytest
 
-from minirl.cli import ArgParser, run_cli
-from minirl.errors import CheckpointError, ConfigError, RunError
-from minirl.validation import Range
+from minirl.infra.cli import ArgParser, run_cli
+from minirl.infra.errors import CheckpointError, ConfigError, RunError
+from minirl.infra.validation import Range
 
 
 @dataclass

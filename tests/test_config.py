@@ -16,7 +16,7 @@ from minirl.config import (
     validate_eval,
     validate_study,
 )
-from minirl.errors import ConfigError, ModelLoadError
+from minirl.infra.errors import ConfigError, ModelLoadError
 
 
 def test_checks_that_involve_two_fields() -> None:

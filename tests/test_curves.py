@@ -14,7 +14,7 @@ import matplotlib.image
 import numpy as np
 import pytest
 
-from minirl import curves
+from minirl.rundir import curves
 
 STEPS = 40
 
@@ -86,7 +86,7 @@ def test_a_killed_trl_run_is_drawn_from_what_it_logged(tmp_path: Path) -> None:
 def test_bad_directories_fail_in_one_line(tmp_path: Path, capsys) -> None:
     assert curves.main([str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip() == (
-        f"minirl.curves: error: {tmp_path}: no metrics.jsonl (is this a run directory?)"
+        f"minirl.rundir.curves: error: {tmp_path}: no metrics.jsonl (is this a run directory?)"
     )
     (tmp_path / "metrics.jsonl").write_text("")
     assert curves.main([str(tmp_path)]) == 2
@@ -128,7 +128,7 @@ def test_output_must_name_a_png_file(tmp_path: Path, capsys) -> None:
         assert curves.main([str(run), "--output", str(output)]) == 2
         lines = capsys.readouterr().err.strip().splitlines()
         assert lines == [
-            f"minirl.curves: error: --output {output} {words}: name a .png file to write"
+            f"minirl.rundir.curves: error: --output {output} {words}: name a .png file to write"
         ]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pictures", "run"]  # nothing written
     assert not any((tmp_path / "pictures").iterdir())

@@ -11,8 +11,8 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 import tasks
 from minirl import engine
-from minirl.batch import loss_token_logps, to_batch
 from minirl.episode import EpisodeSpec
+from minirl.logprobs import loss_token_logps, to_batch
 from minirl.models import load_policy
 from minirl.rollout import rollout
 

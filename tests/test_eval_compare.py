@@ -11,8 +11,8 @@ import torch
 
 import tasks
 from minirl.config import EvalArgs
-from minirl.errors import ConfigError
 from minirl.eval.compare import checkpoint_labels, compare
+from minirl.infra.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # evaluate.py is a script at the repo root, not part of the package

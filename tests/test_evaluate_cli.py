@@ -19,7 +19,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from minirl.checkpoint import checkpoints
+from minirl.rundir.checkpoint import checkpoints
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # evaluate.py is a script at the repo root, not part of the package

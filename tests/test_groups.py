@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from minirl import groups, grpo
-from minirl.batch import to_batch
 from minirl.budgets import budget_probabilities, draw_groups, tally_budgets
 from minirl.config import BudgetArgs, Config, GRPOArgs, TaskArgs
 from minirl.episode import Episode, EpisodeSpec
+from minirl.logprobs import to_batch
 from minirl.models import trainable_parameters
 from minirl.rewards import outcome_rewards
 from minirl.rollout import rollout_in_chunks

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from minirl import grpo
-from minirl.batch import to_batch
 from minirl.episode import EpisodeSpec
 from minirl.grpo import (
     LOSS_TYPES,
@@ -20,6 +19,7 @@ from minirl.grpo import (
     turn_advantages,
     turn_token_advantages,
 )
+from minirl.logprobs import to_batch
 from minirl.rewards import outcome_rewards, progress_rewards
 from minirl.rollout import rollout
 

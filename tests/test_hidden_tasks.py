@@ -294,7 +294,7 @@ def test_natural_text_states_every_compact_fact(name: str) -> None:
 
 @pytest.mark.parametrize("name", HIDDEN)
 def test_episode_viewer_replays_and_marks_error_classes(name: str) -> None:
-    from minirl.viewer import replay
+    from minirl.rundir.viewer import replay
 
     env = tasks.make(name)
     env.reset(4)

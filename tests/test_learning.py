@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from minirl.checkpoint import checkpoints
 from minirl.config import BudgetArgs, Config, GRPOArgs, TaskArgs
 from minirl.eval.sampler import held_out_success
 from minirl.models import load_policy, reference_policy
+from minirl.rundir.checkpoint import checkpoints
 from minirl.trainer import train
 
 STEPS = 40

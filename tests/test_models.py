@@ -8,9 +8,9 @@ import torch
 from bitsandbytes.functional import dequantize_4bit
 from hubstub import HUB_ID, small_qwen_repo, stub_hub_download
 
-from minirl.batch import sequence_logps, to_batch
 from minirl.episode import EpisodeSpec
-from minirl.errors import ModelLoadError
+from minirl.infra.errors import ModelLoadError
+from minirl.logprobs import sequence_logps, to_batch
 from minirl.models import (
     load_base,
     load_kwargs,

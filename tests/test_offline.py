@@ -1,4 +1,5 @@
-"""Offline means offline: importing minirl's stack asks the network for nothing (minirl.offline).
+"""Offline means offline: importing minirl's stack asks the network for nothing
+(minirl.infra.offline).
 
 The lookup it stops happens only on CPUs with AVX512-BF16, where bitsandbytes' CPU backend asks
 the Hugging Face Hub for a kernel while it is imported. This machine may lack the instruction set,

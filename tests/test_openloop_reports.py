@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from minirl import outputs, viewer
 from minirl.eval import plots
 from minirl.eval.feedback import FeedbackUse
 from minirl.eval.openloop import Search, Yardstick, from_record, yardsticks
 from minirl.eval.results import EvalResults, load_results, save_results
 from minirl.eval.tables import open_loop_table
+from minirl.rundir import outputs, viewer
 from minirl.study.simulate import SimPolicy, sim_results
 
 TS = (2, 4)

@@ -1,7 +1,7 @@
 """Progress in a terminal and in a notebook: a live bar in one, plain lines in the other.
 
 A notebook's output area cannot move the cursor, so rich's live bar, redrawn ten times a second
-with cursor movements, would pile up copies of itself there. minirl.progress prints plain rows
+with cursor movements, would pile up copies of itself there. minirl.infra.progress prints plain rows
 instead wherever a notebook is involved: in the kernel itself, and in a command a cell starts
 (`!python train.py`, which IPython runs under a pseudo-terminal, so rich would otherwise think it
 drives a terminal). These tests run both, the second exactly as IPython does, and a real
@@ -21,8 +21,8 @@ from nbformat.v4 import new_code_cell, new_notebook
 from notebook_kernel import kernel, output_text
 from rich.console import Console
 
-from minirl import progress
-from minirl.progress import LineProgress, progress_bar
+from minirl.infra import progress
+from minirl.infra.progress import LineProgress, progress_bar
 
 ROOT = Path(__file__).resolve().parents[1]
 CURSOR = ("\x1b[2K", "\x1b[1A", "\x1b[?25l")  # erase line, cursor up, hide cursor: a live bar
@@ -67,7 +67,7 @@ def test_progress_bar_is_line_mode_in_a_notebook_only(monkeypatch) -> None:
 
 
 CHILD = """
-from minirl.progress import progress_bar
+from minirl.infra.progress import progress_bar
 
 with progress_bar() as bar:
     job = bar.add_task("work", total=3, metrics="")
@@ -120,7 +120,7 @@ def test_train_py_in_a_notebook_cell(tmp_path: Path) -> None:
         # The kernel itself: rich would draw a widget (or, without ipywidgets, nothing).
         new_code_cell(
             "import os\n"
-            "from minirl.progress import progress_bar\n\n"
+            "from minirl.infra.progress import progress_bar\n\n"
             "launcher = os.environ.pop('JPY_PARENT_PID')  # rich's own test: get_ipython()\n"
             "with progress_bar() as bar:\n"
             "    job = bar.add_task('in the kernel', total=2, metrics='')\n"

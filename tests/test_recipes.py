@@ -14,7 +14,7 @@ import pytest
 
 import train
 from minirl.config import validate
-from minirl.errors import ConfigError
+from minirl.infra.errors import ConfigError
 from minirl.trainer import train as run_training
 
 RECIPES = sorted((Path(__file__).resolve().parents[1] / "tutorials" / "recipes").glob("*.yaml"))

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 import tasks
-from minirl.batch import sequence_logps, to_batch
 from minirl.chat import budget_text
 from minirl.episode import EpisodeSpec
+from minirl.logprobs import sequence_logps, to_batch
 from minirl.rollout import rollout
 
 

@@ -18,13 +18,13 @@ import torch
 import minirl.rollout as rollout_module
 import tasks
 from minirl import grpo, trainer
-from minirl.batch import sequence_logps, to_batch
 from minirl.chat import budget_text, resolve_task_text
 from minirl.config import BudgetArgs, Config, GRPOArgs, ModelArgs, TaskArgs
+from minirl.infra.smollm2 import ensure_smollm2
+from minirl.logprobs import sequence_logps, to_batch
 from minirl.models import load_policy, trainable_parameters
 from minirl.rewards import outcome_rewards
 from minirl.rollout import rollout
-from minirl.smollm2 import ensure_smollm2
 
 pytestmark = pytest.mark.slow
 

@@ -126,8 +126,8 @@ def test_sticky_and_truncated_demonstrators_do_what_they_say_after_an_error() ->
     import random
 
     import tasks
+    from minirl.infra.validation import TINY_MODELS
     from minirl.tiny import DEMONSTRATORS, noisy_demo
-    from minirl.validation import TINY_MODELS
 
     assert [m.partition("-")[2] or "uniform" for m in TINY_MODELS] == list(DEMONSTRATORS)
     rng = random.Random(0)

@@ -23,9 +23,9 @@ import matplotlib.image
 import numpy as np
 import pytest
 
-from minirl import trackers
 from minirl.config import Config, GRPOArgs, validate
-from minirl.errors import ConfigError
+from minirl.infra.errors import ConfigError
+from minirl.rundir import trackers
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 3
@@ -372,7 +372,7 @@ def test_trackers_that_cannot_log_are_one_line_before_training(
 def test_a_tracker_failing_mid_run_is_one_line(tmp_path: Path, monkeypatch) -> None:
     """wandb stages a table in WANDB_DATA_DIR when it is logged: unwritable by then, the run
     stops with a RunError naming wandb (exit status 1), not 134 lines of traceback."""
-    from minirl.errors import RunError
+    from minirl.infra.errors import RunError
 
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from minirl.checkpoint import checkpoints
 from minirl.config import BudgetArgs, Config, GRPOArgs, ModelArgs, TaskArgs
+from minirl.rundir.checkpoint import checkpoints
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # train.py is a script at the repo root, not part of the package
@@ -415,7 +415,7 @@ def test_ctrl_c_is_one_line_naming_the_checkpoint_to_resume(
 def test_one_writer_per_run_directory(quick_tiny_path: str, tmp_path: Path) -> None:
     """A `--resume` or an evaluate.py started on a directory a live run writes is refused in one
     line; killed with SIGKILL, the run leaves no lock that blocks the next writer."""
-    from minirl.checkpoint import LOCK, sole_writer
+    from minirl.rundir.checkpoint import LOCK, sole_writer
 
     out, logs = tmp_path / "run", tmp_path / "logs"
     logs.mkdir()

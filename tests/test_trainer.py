@@ -8,9 +8,9 @@ import torch
 
 import minirl.rollout as rollout_module
 from minirl import grpo
-from minirl.batch import sequence_logps, to_batch
 from minirl.config import BudgetArgs, Config, GRPOArgs, TaskArgs
 from minirl.episode import EpisodeSpec
+from minirl.logprobs import sequence_logps, to_batch
 from minirl.rewards import outcome_rewards
 from minirl.rollout import rollout
 from minirl.trainer import train_step

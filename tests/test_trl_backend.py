@@ -26,11 +26,11 @@ import minirl.rollout as rollout_module
 import tasks
 from minirl import grpo, trainer
 from minirl import trl_backend as backend
-from minirl.batch import sequence_logps, to_batch
 from minirl.chat import budget_text, prompt_ids
 from minirl.config import BudgetArgs, Config, GRPOArgs, ModelArgs, TaskArgs, validate
 from minirl.episode import EpisodeSpec
-from minirl.errors import ConfigError
+from minirl.infra.errors import ConfigError
+from minirl.logprobs import sequence_logps, to_batch
 from minirl.models import load_base, load_policy, reference_policy, resolve_model_path
 from minirl.rollout import rollout
 

@@ -1,7 +1,7 @@
 """Gradient accumulation: micro-batch by micro-batch gives the one-pass loss, gradient and stats.
 
 The reference is the plainest possible step: full logits for the whole batch in one forward
-(minirl.batch.sequence_logps), one `policy_loss` over all rows, one backward.
+(minirl.logprobs.sequence_logps), one `policy_loss` over all rows, one backward.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from minirl import grpo
-from minirl.batch import bucketed_logps, sequence_logps, to_batch
 from minirl.episode import EpisodeSpec
 from minirl.grpo import LOSS_TYPES, policy_loss
+from minirl.logprobs import bucketed_logps, sequence_logps, to_batch
 from minirl.models import reference_policy
 from minirl.rewards import progress_rewards
 from minirl.rollout import rollout

@@ -1,4 +1,5 @@
-"""minirl.validation: every field of every CLI dataclass is checked from its type and its range.
+"""minirl.infra.validation: every field of every CLI dataclass is checked from its type and its
+range.
 
 The bad values here are derived from the dataclasses themselves (for each field: the wrong types,
 NaN and infinity, the first value outside its range), so a field added later is tested without
@@ -29,9 +30,9 @@ from minirl.config import (
     TaskArgs,
     ViewerArgs,
 )
-from minirl.errors import ConfigError
+from minirl.infra.errors import ConfigError
+from minirl.infra.validation import Range, check_fields, expected, field_hints, parse_ints
 from minirl.study.validate import ValidateArgs
-from minirl.validation import Range, check_fields, expected, field_hints, parse_ints
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # train.py and evaluate.py are scripts at the repo root
@@ -83,7 +84,7 @@ def bad_values(hint: Any, bounds: Range | None) -> list[Any]:
 def test_every_field_has_a_checkable_type_and_every_number_a_range() -> None:
     for cls, name in FIELDS:
         hint, bounds = field_hints(cls)[name]
-        expected(hint)  # raises TypeError for a type minirl.validation cannot check
+        expected(hint)  # raises TypeError for a type minirl.infra.validation cannot check
         if plain(hint) in (int, float):
             assert bounds is not None, (
                 f"{cls.__name__}.{name} is a number without a Range: give it one in its "

@@ -24,9 +24,9 @@ import numpy as np
 import pytest
 
 import tasks
-from minirl import viewer
 from minirl.episode import Episode
-from minirl.samples import add_samples, load_samples
+from minirl.rundir import viewer
+from minirl.rundir.sample_episodes import add_samples, load_samples
 
 SEEDS = list(tasks.EVAL_SEEDS[:3])
 BUDGET = 12
@@ -256,13 +256,13 @@ def test_the_screenshot_shows_the_pictures(tmp_path: Path) -> None:
 def test_cli_writes_the_page_and_fails_in_one_line(tmp_path: Path, capsys) -> None:
     write_samples("icy", tmp_path / "episodes.json")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    command = [sys.executable, "-m", "minirl.viewer", str(tmp_path), "--instances", "2"]
+    command = [sys.executable, "-m", "minirl.rundir.viewer", str(tmp_path), "--instances", "2"]
     ok = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
     assert ok.returncode == 0, ok.stderr
     assert (tmp_path / "episodes.html").read_text().count('class="instance"') == 2
     assert viewer.main([str(tmp_path), "--budget", "99"]) == 2
     assert capsys.readouterr().err.strip() == (
-        f"minirl.viewer: error: no episodes at T=99; kept: {BUDGET}"
+        f"minirl.rundir.viewer: error: no episodes at T=99; kept: {BUDGET}"
     )
     assert viewer.main([str(tmp_path / "nothing")]) == 2
     assert "no episodes.json" in capsys.readouterr().err
@@ -432,7 +432,7 @@ def test_a_malformed_episodes_file_is_one_line(case: str, tmp_path: Path, capsys
     (tmp_path / "episodes.json").write_bytes(raw)
     assert viewer.main([str(tmp_path)]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("minirl.viewer: error: "), lines
+    assert len(lines) == 1 and lines[0].startswith("minirl.rundir.viewer: error: "), lines
     for word in words:
         assert word in lines[0], (word, lines[0])
     assert not (tmp_path / "episodes.html").exists()

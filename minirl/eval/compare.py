@@ -21,18 +21,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import torch
+from rich.progress import Progress
 
 import tasks
 from minirl.chat import resolve_task_text
-from minirl.checkpoint import CHECKPOINT_NAME, read_adapter
-from minirl.checkpoint import checkpoints as run_checkpoints
 from minirl.config import EvalArgs, validate_eval
 from minirl.engine import for_sampling
-from minirl.errors import CheckpointError, ConfigError
+from minirl.episode import Episode, EpisodeSpec
 from minirl.eval.analysis import (
     decision_quality,
     error_free,
@@ -41,10 +41,10 @@ from minirl.eval.analysis import (
     success_by_horizon,
     turn_efficiency,
 )
-from minirl.eval.feedback import feedback_use
+from minirl.eval.feedback import FeedbackUse, feedback_use
 from minirl.eval.openloop import yardsticks
 from minirl.eval.passkt import pass_at_kt
-from minirl.eval.recovery import covariates, recover, recovery_states
+from minirl.eval.recovery import RecoveryStates, covariates, recover, recovery_states
 from minirl.eval.results import (
     Analysis,
     CheckpointResult,
@@ -53,9 +53,12 @@ from minirl.eval.results import (
     save_results,
 )
 from minirl.eval.sampler import episodes_to_play, success_counts, sweep
+from minirl.infra.errors import CheckpointError, ConfigError
+from minirl.infra.progress import progress_bar
 from minirl.models import load_policy
-from minirl.progress import progress_bar
-from minirl.samples import add_samples
+from minirl.rundir.checkpoint import CHECKPOINT_NAME, read_adapter
+from minirl.rundir.checkpoint import checkpoints as run_checkpoints
+from minirl.rundir.sample_episodes import add_samples
 
 BASE = "base"
 
@@ -166,7 +169,8 @@ def compare(args: EvalArgs, progress: bool = True, samples: Path | None = None) 
     """Evaluate every checkpoint of `args` on the same instances, states and sampling seed.
 
     With `samples`, the first episode of the first few instances at every T, for every
-    checkpoint, is kept in that file for the episode viewer (minirl.samples, minirl.viewer).
+    checkpoint, is kept in that file for the episode viewer (minirl.rundir.sample_episodes,
+    minirl.rundir.viewer).
     """
     ks, ts = validate_eval(args)
     labelled = checkpoint_labels(args.checkpoints)
@@ -174,181 +178,213 @@ def compare(args: EvalArgs, progress: bool = True, samples: Path | None = None) 
         name: resolve_checkpoint(spec, args.task, args.model) for name, spec in labelled.items()
     }
     seeds = list(tasks.EVAL_SEEDS[: args.instances])
+    results = EvalResults(eval_meta(args, seeds, ks, ts))
+    with progress_bar(disable=not progress) as bar:
+        states = fixed_states(args, seeds, results.meta)
+        results.open_loop = yardsticks(args.task, ts)  # cached: seconds once, then nothing
+        for name, path in paths.items():
+            results.checkpoints[name] = evaluate_checkpoint(
+                args, name, path, results, states, bar, samples
+            )
+    return results
+
+
+def eval_meta(args: EvalArgs, seeds: list[int], ks: list[int], ts: list[int]) -> EvalMeta:
+    """What every checkpoint of this evaluation shares: instances, breadths, budgets, sampling."""
     t_max = max(ts)
-    rollout_kwargs: dict = dict(
+    return EvalMeta(
+        task=args.task,
+        model=args.model,
+        quant=args.quant,
+        seeds=seeds,
+        n=args.n,
+        ks=ks,
+        ts=ts,
+        seed=args.seed,
+        budget_visible=args.budget_visible,
+        mode="visible: each T rolled out separately"
+        if args.budget_visible
+        else f"hidden: one rollout at T={t_max}, truncated to every T",
+        temperature=args.temperature,
+        max_new_tokens=args.max_new_tokens,
+        analysis_budget=t_max,
+        minirl_version=minirl_version(),
+        device="cuda" if torch.cuda.is_available() else "cpu",
+    )
+
+
+def rollout_options(args: EvalArgs, task_text: str) -> dict:
+    """The sampling settings every episode of the evaluation is played with."""
+    return dict(
         budget_visible=args.budget_visible,
         max_new_tokens=args.max_new_tokens,
         temperature=args.temperature,
         batch_size=args.batch_size,
+        task_text=task_text,
     )
-    results = EvalResults(
-        EvalMeta(
-            task=args.task,
-            model=args.model,
-            quant=args.quant,
-            seeds=seeds,
-            n=args.n,
-            ks=ks,
-            ts=ts,
-            seed=args.seed,
-            budget_visible=args.budget_visible,
-            mode="visible: each T rolled out separately"
-            if args.budget_visible
-            else f"hidden: one rollout at T={t_max}, truncated to every T",
-            temperature=args.temperature,
-            max_new_tokens=args.max_new_tokens,
-            analysis_budget=t_max,
-            minirl_version=minirl_version(),
-            device="cuda" if torch.cuda.is_available() else "cpu",
-        )
+
+
+@dataclass
+class FixedStates:
+    """The states every checkpoint is asked about: fresh ones (no error behind them) for
+    single-step quality, and post-error ones with their matched fresh states for recovery."""
+
+    fresh: list[EpisodeSpec]
+    recovery: RecoveryStates
+
+
+def fixed_states(args: EvalArgs, seeds: list[int], meta: EvalMeta) -> FixedStates:
+    """Base episodes at T_max, from a seed of their own whatever checkpoints are compared, and the
+    states drawn from them. Records the task text and every state in `meta`."""
+    t_max = max(meta.ts)
+    base_model, tokenizer = load_policy(args.model, args.quant, task=args.task, dtype=args.dtype)
+    base_policy = for_sampling(base_model, args.rollout_engine)
+    meta.task_text = text = resolve_task_text(args.task_text, tokenizer)
+    episodes = sweep(
+        base_policy,
+        tokenizer,
+        args.task,
+        [t_max],
+        seeds,
+        args.state_episodes,
+        seed=args.seed + 1,
+        **rollout_options(args, text),
+    )[t_max]
+    fresh = sample_states(episodes, args.decision_states, seed=args.seed, where=error_free)
+    fixed = recovery_states(
+        episodes,
+        args.recovery_states,
+        seed=args.seed,
+        task_text=text,
+        horizon=args.recovery_horizon,
+        per_state=args.recovery_matches,
     )
-    with progress_bar(disable=not progress) as bar:
-        # The fixed states: base episodes at T_max, from a seed of their own, whatever
-        # checkpoints are compared. Fresh states for single-step quality, post-error ones for
-        # recovery; the analyses pair the checkpoints over them.
-        base_model, tokenizer = load_policy(
-            args.model, args.quant, task=args.task, dtype=args.dtype
+    meta.decision_samples = args.decision_samples
+    meta.decision_states = [
+        {"seed": s.seed, "replies": list(s.replies), **covariates(s, text)} for s in fresh
+    ]
+    meta.post_error_states = [
+        {
+            "seed": s.seed,
+            "replies": list(s.replies),
+            **c,
+            "kind": kind,
+            "turns_left": s.budget - len(s.replies),
+            "after": after,
+            "matches": m,
+        }
+        for s, c, kind, after, m in zip(
+            fixed.post, fixed.post_covariates, fixed.kinds, fixed.after, fixed.matches, strict=True
         )
-        base_policy = for_sampling(base_model, args.rollout_engine)
-        rollout_kwargs["task_text"] = resolve_task_text(args.task_text, tokenizer)
-        results.meta.task_text = rollout_kwargs["task_text"]
-        state_episodes = sweep(
-            base_policy,
-            tokenizer,
-            args.task,
-            [t_max],
-            seeds,
-            args.state_episodes,
-            seed=args.seed + 1,
-            **rollout_kwargs,
-        )[t_max]
-        states = sample_states(
-            state_episodes, args.decision_states, seed=args.seed, where=error_free
-        )
-        text = results.meta.task_text
-        fixed = recovery_states(
-            state_episodes,
-            args.recovery_states,
-            seed=args.seed,
-            task_text=text,
-            horizon=args.recovery_horizon,
-            per_state=args.recovery_matches,
-        )
-        after_errors, matched = fixed.post, fixed.matched
-        results.meta.decision_samples = args.decision_samples
-        results.meta.decision_states = [
-            {"seed": s.seed, "replies": list(s.replies), **covariates(s, text)} for s in states
-        ]
-        results.meta.post_error_states = [
-            {
-                "seed": s.seed,
-                "replies": list(s.replies),
-                **c,
-                "kind": kind,
-                "turns_left": s.budget - len(s.replies),
-                "after": after,
-                "matches": m,
+    ]
+    meta.matched_states = [
+        {"seed": s.seed, "replies": list(s.replies), **c}
+        for s, c in zip(fixed.matched, fixed.matched_covariates, strict=True)
+    ]
+    return FixedStates(fresh, fixed)
+
+
+def evaluate_checkpoint(
+    args: EvalArgs,
+    name: str,
+    path: Path | None,
+    results: EvalResults,
+    states: FixedStates,
+    bar: Progress,
+    samples: Path | None,
+) -> CheckpointResult:
+    """One checkpoint: its episodes at every T (Pass@(K,T), feedback use, the per-episode
+    analyses) and its replies at the fixed states (single-step quality, recovery)."""
+    started = time.perf_counter()
+    meta = results.meta
+    ts, t_max = meta.ts, max(meta.ts)
+    model, tokenizer = load_policy(
+        args.model, args.quant, adapter=path, task=args.task, dtype=args.dtype
+    )
+    # One sampling copy per checkpoint (minirl.engine) serves every analysis below.
+    policy = for_sampling(model, args.rollout_engine)
+    total = episodes_to_play(ts, len(meta.seeds), args.n, args.budget_visible)
+    job = bar.add_task(f"eval {name}", total=total, metrics="")
+    episodes = sweep(
+        policy,
+        tokenizer,
+        args.task,
+        ts,
+        meta.seeds,
+        args.n,
+        seed=args.seed,
+        on_batch=lambda done: bar.update(job, completed=min(done, total)),
+        **rollout_options(args, meta.task_text),
+    )
+    used = {t: feedback_use(episodes[t]) for t in ts}  # from the same episodes
+    if samples is not None:
+        keep_samples(samples, name, episodes, used, args, results)
+    counts = success_counts(episodes, args.n)
+    grid = pass_at_kt(counts, args.n, meta.ks, bootstrap=args.bootstrap, seed=args.seed)
+    ask = dict(
+        samples=args.decision_samples,
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        task_text=meta.task_text,
+        seed=args.seed,
+        batch_size=args.batch_size,
+        engine=args.rollout_engine,
+    )
+    fixed = states.recovery
+    decision = decision_quality(policy, tokenizer, states.fresh, **ask)
+    on_matched = (
+        decision_quality(policy, tokenizer, fixed.matched, **ask) if fixed.matched else None
+    )
+    from_errors = recover(policy, tokenizer, fixed.post, fixed.kinds, **ask) if fixed.post else None
+    at_max = episodes[t_max]
+    turns = sum(e.turns_used for e in at_max)
+    return CheckpointResult(
+        path=str(path) if path else None,
+        grid=[grid.cells[(k, t)] for k in grid.ks for t in grid.ts],
+        analysis=Analysis(
+            decision=decision,
+            recovery=error_recovery(at_max),
+            horizon=success_by_horizon(at_max),
+            efficiency={t: turn_efficiency(episodes[t]) for t in ts},
+            invalid_rate=sum(not x.valid for e in at_max for x in e.turns) / max(1, turns),
+            from_errors=from_errors,
+            matched=on_matched,
+        ),
+        seconds=round(time.perf_counter() - started, 2),
+        successes=counts,
+        feedback_use=used,
+    )
+
+
+def keep_samples(
+    path: Path,
+    name: str,
+    episodes: dict[int, list[Episode]],
+    used: dict[int, FeedbackUse],
+    args: EvalArgs,
+    results: EvalResults,
+) -> None:
+    """A few of the checkpoint's episodes, with its success and feedback use at every T and the
+    open-loop yardstick, into the episode viewer's file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    add_samples(
+        path,
+        name,
+        episodes,
+        task=args.task,
+        budget_visible=args.budget_visible,
+        per_instance=args.n,
+        stats={
+            str(t): {
+                "success": sum(e.success for e in runs) / len(runs),
+                "feedback_use": used[t].bits,
+                "feedback_use_sd": used[t].null_sd,
             }
-            for s, c, kind, after, m in zip(
-                after_errors,
-                fixed.post_covariates,
-                fixed.kinds,
-                fixed.after,
-                fixed.matches,
-                strict=True,
-            )
-        ]
-        results.meta.matched_states = [
-            {"seed": s.seed, "replies": list(s.replies), **c}
-            for s, c in zip(matched, fixed.matched_covariates, strict=True)
-        ]
-        del base_model, base_policy
-        results.open_loop = yardsticks(args.task, ts)  # cached: seconds once, then nothing
-        open_loop = {str(t): dataclasses.asdict(y) for t, y in results.open_loop.items()}
-        total = episodes_to_play(ts, len(seeds), args.n, args.budget_visible)
-        for name, path in paths.items():
-            started = time.perf_counter()
-            model, tokenizer = load_policy(
-                args.model, args.quant, adapter=path, task=args.task, dtype=args.dtype
-            )
-            # One sampling copy per checkpoint (minirl.engine) serves every analysis below.
-            policy = for_sampling(model, args.rollout_engine)
-            job = bar.add_task(f"eval {name}", total=total, metrics="")
-            episodes = sweep(
-                policy,
-                tokenizer,
-                args.task,
-                ts,
-                seeds,
-                args.n,
-                seed=args.seed,
-                on_batch=lambda done, job=job: bar.update(job, completed=min(done, total)),
-                **rollout_kwargs,
-            )
-            used = {t: feedback_use(episodes[t]) for t in ts}  # from the same episodes
-            if samples is not None:
-                samples.parent.mkdir(parents=True, exist_ok=True)
-                add_samples(
-                    samples,
-                    name,
-                    episodes,
-                    task=args.task,
-                    budget_visible=args.budget_visible,
-                    per_instance=args.n,
-                    stats={
-                        str(t): {
-                            "success": sum(e.success for e in episodes[t]) / len(episodes[t]),
-                            "feedback_use": used[t].bits,
-                            "feedback_use_sd": used[t].null_sd,
-                        }
-                        for t in ts
-                    },
-                    open_loop=open_loop,
-                )
-            counts = success_counts(episodes, args.n)
-            grid = pass_at_kt(
-                counts,
-                args.n,
-                ks,
-                bootstrap=args.bootstrap,
-                seed=args.seed,
-            )
-            ask = dict(
-                samples=args.decision_samples,
-                max_new_tokens=args.max_new_tokens,
-                temperature=args.temperature,
-                task_text=results.meta.task_text,
-                seed=args.seed,
-                batch_size=args.batch_size,
-                engine=args.rollout_engine,
-            )
-            decision = decision_quality(policy, tokenizer, states, **ask)
-            on_matched = decision_quality(policy, tokenizer, matched, **ask) if matched else None
-            from_errors = (
-                recover(policy, tokenizer, after_errors, fixed.kinds, **ask)
-                if after_errors
-                else None
-            )
-            at_max = episodes[t_max]
-            turns = sum(e.turns_used for e in at_max)
-            results.checkpoints[name] = CheckpointResult(
-                path=str(path) if path else None,
-                grid=[grid.cells[(k, t)] for k in grid.ks for t in grid.ts],
-                analysis=Analysis(
-                    decision=decision,
-                    recovery=error_recovery(at_max),
-                    horizon=success_by_horizon(at_max),
-                    efficiency={t: turn_efficiency(episodes[t]) for t in ts},
-                    invalid_rate=sum(not x.valid for e in at_max for x in e.turns) / max(1, turns),
-                    from_errors=from_errors,
-                    matched=on_matched,
-                ),
-                seconds=round(time.perf_counter() - started, 2),
-                successes=counts,
-                feedback_use=used,
-            )
-            del model, policy
-    return results
+            for t in results.meta.ts
+            for runs in [episodes[t]]
+        },
+        open_loop={str(t): dataclasses.asdict(y) for t, y in results.open_loop.items()},
+    )
 
 
 def write_outputs(results: EvalResults, output: str | Path) -> list[Path]:

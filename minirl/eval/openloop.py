@@ -54,28 +54,17 @@ hall a third of the time): ranked by the sum of distances alone the search misse
 T = 8); ranked by the near-done sum alone it found it but lost T = 12 (0.336); the two in turn
 give 0.336 and 0.498. Sokoban's plans need a wider beam (`WIDER`).
 
-Measured on this 2-core CPU under load, `python -m minirl.eval.openloop --task TASK --budgets
-4,8,12 --no_cache`: held-out success ± standard error (1000 instances), the CPU seconds of the
-search to T = 12 with the three budgets' held-out play, and T = 12 again with a 4x wider search
-and with 400 search instances (`--width 64`, `--seeds 400`):
-
-    task      T = 4          T = 8          T = 12         CPU s   T = 12: width 64 | 400 seeds
-    gridnav   0.072 ± 0.008  0.176 ± 0.012  0.272 ± 0.014    1.6   0.272 | 0.269
-    icy       0.066 ± 0.008  0.156 ± 0.011  0.233 ± 0.013    6.2   0.207 | 0.223
-    sokoban   0.009 ± 0.003  0.047 ± 0.007  0.109 ± 0.010   12.0   (width 64 is its default;
-                                                                    width 16: 0.054 | 0.106)
-    fog       0.077 ± 0.008  0.174 ± 0.012  0.271 ± 0.014    1.7   0.278 | 0.276
-    house     0.166 ± 0.012  0.336 ± 0.015  0.498 ± 0.016    3.2   0.498 | 0.514
-    guess     0.267 (exact)  0.533 (exact)  0.800 (exact)    0     (0.400 at T = 6)
-    hilo      the same as guess: min(T, 15) / 15
-
-On the search instances the same sequences win more (gridnav at T = 12: 0.40 against 0.27 held
-out), the luck of picking the best of many. A cached read costs milliseconds.
+The search's sizes were chosen by measuring it against a 4x wider search and 4x more search
+instances on every task (tutorials/measured.md, "The open-loop yardstick"): neither gained more
+than one standard error at T = 12, except on sokoban, whose plans need the wider beam `WIDER`.
+On the search instances the same sequences win more than held out, the luck of picking the best
+of many, which is why the yardstick is measured on held-out instances. A cached read costs
+milliseconds.
 
 Results are deterministic given the task, T and the search's size, and are cached as JSON in
-`minirl.cache.cache_root()/openloop/`, keyed by those, a `VERSION` of this algorithm, and a
-fingerprint of the task's first instances (a changed task gets a new key). The file is read back
-with every field type-checked; anything else is recomputed.
+`minirl.infra.model_cache.cache_root()/openloop/`, keyed by those, a `VERSION` of this algorithm,
+and a fingerprint of the task's first instances (a changed task gets a new key). The file is read
+back with every field type-checked; anything else is recomputed.
 
     python -m minirl.eval.openloop --task guess --budgets 4,6,8
     python -m minirl.eval.openloop --task gridnav --budgets 4,8,12 --width 64   # a wider search
@@ -96,7 +85,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import tasks
-from minirl.cache import cache_root
+from minirl.infra.model_cache import cache_root
 
 VERSION = 1  # bump when the search or its scoring changes: old cache entries are then ignored
 EXACT = ("guess", "hilo")  # tasks whose yardstick has a closed form (see the module docstring)
@@ -439,9 +428,9 @@ def yardstick(task: str, budget: int, search_size: Search | None = None) -> Yard
 
 
 def main(argv: list[str] | None = None) -> int:
-    from minirl.cli import ArgParser, run_cli
     from minirl.config import MAX_TURNS, OpenLoopArgs
-    from minirl.validation import check_fields, parse_ints
+    from minirl.infra.cli import ArgParser, run_cli
+    from minirl.infra.validation import check_fields, parse_ints
 
     parser = ArgParser(
         OpenLoopArgs, prog="minirl.eval.openloop", description=__doc__.split("\n")[0]

@@ -19,12 +19,12 @@ and minirl.study.report turn the results into report.md, where no conclusion is 
 
 A study is resumable: run the same command again and it reuses what is done, but only what was
 done with the same settings. A training run is reused when its summary.json records the arm's
-whole config (every flag but those that cannot change its results, minirl.checkpoint), continued
-when it stopped short of --max_steps, and refused with one line when it was trained otherwise (a
-new --output keeps both). A task's evaluation is reused when study.json records the very
-evaluation arguments (every flag of EvalArgs, the runs' paths included) and the sha256 of the
+whole config (every flag but those that cannot change its results, minirl.rundir.checkpoint),
+continued when it stopped short of --max_steps, and refused with one line when it was trained
+otherwise (a new --output keeps both). A task's evaluation is reused when study.json records the
+very evaluation arguments (every flag of EvalArgs, the runs' paths included) and the sha256 of the
 results.json they wrote, and no run of the task was trained since; else it is evaluated again.
-Each file read back is checked first (minirl.readback); a damaged one is named in one line.
+Each file read back is checked first (minirl.infra.readback); a damaged one is named in one line.
 """
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from minirl.checkpoint import checkpoints, config_changes, sole_writer
 from minirl.config import (
     BudgetArgs,
     Config,
@@ -53,8 +52,9 @@ from minirl.config import (
     study_seeds,
     validate_study,
 )
-from minirl.errors import ConfigError, DataError
-from minirl.readback import check_json, read_json
+from minirl.infra.errors import ConfigError, DataError
+from minirl.infra.readback import check_json, read_json
+from minirl.rundir.checkpoint import checkpoints, config_changes, sole_writer
 
 
 @dataclass
@@ -288,7 +288,7 @@ def evaluated(recorded: dict | None, digest: str, args: EvalArgs, path: Path) ->
 def run_study(args: StudyArgs, progress: bool = True) -> StudyRecord:
     """Train what is missing, evaluate every task, write per-task results and study.json.
 
-    The caller holds the study directory (minirl.checkpoint.sole_writer; evaluate.py does).
+    The caller holds the study directory (minirl.rundir.checkpoint.sole_writer; evaluate.py does).
     """
     validate_study(args)
     seeds = study_seeds(args)

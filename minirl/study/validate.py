@@ -37,7 +37,8 @@ Per rule and truth, over the simulated studies:
     python -m minirl.study.validate --reps 100      # the rates the closing notes report
 
 Its flags are the fields of `ValidateArgs`, parsed and checked as every other command's are
-(minirl.cli, minirl.validation): a bad value is one line naming the flag, and exit status 2.
+(minirl.infra.cli, minirl.infra.validation): a bad value is one line naming the flag, and exit
+status 2.
 """
 
 from __future__ import annotations
@@ -52,10 +53,10 @@ import numpy as np
 from transformers.hf_argparser import HfArg
 
 import tasks
-from minirl.progress import progress_bar
+from minirl.infra.progress import progress_bar
+from minirl.infra.validation import Range
 from minirl.study import simulate
 from minirl.study.claims import ALPHA, TaskFindings, Test, analyse_results
-from minirl.validation import Range
 
 Sim = simulate.SimPolicy
 
@@ -329,9 +330,9 @@ class ValidateArgs:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from minirl.cli import ArgParser, run_cli
-    from minirl.errors import ConfigError
-    from minirl.validation import check_fields
+    from minirl.infra.cli import ArgParser, run_cli
+    from minirl.infra.errors import ConfigError
+    from minirl.infra.validation import check_fields
 
     parser = ArgParser(
         ValidateArgs,

@@ -41,11 +41,12 @@ import torch
 
 import tasks
 from minirl.chat import resolve_task_text
-from minirl.checkpoint import check_writable
-from minirl.cli import ArgParser, run_cli
 from minirl.config import MAX_TURNS, TURNS, BenchArgs, memory_episodes, validate_bench
 from minirl.episode import EpisodeSpec
-from minirl.errors import ConfigError, MinirlError
+from minirl.infra.cli import ArgParser, run_cli
+from minirl.infra.errors import ConfigError, MinirlError
+from minirl.infra.validation import parse_ints
+from minirl.rundir.checkpoint import check_writable
 from minirl.tools.bench_report import plot_rollouts, print_report
 from minirl.tools.measure import (
     ForwardCount,
@@ -59,7 +60,6 @@ from minirl.tools.measure import (
     roofline,
     sync,
 )
-from minirl.validation import parse_ints
 
 
 def specs_at(task: str, n: int, budget: int) -> list[EpisodeSpec]:
@@ -178,9 +178,9 @@ def bench_batching(model, tokenizer, args: BenchArgs, shape) -> dict:
 def bench_training_forward(model, tokenizer, args: BenchArgs) -> dict:
     """Forward + backward over one step's episodes: one padded pass against length buckets."""
     from minirl import grpo
-    from minirl.batch import to_batch
     from minirl.budgets import sample_budgets
     from minirl.config import BudgetArgs
+    from minirl.logprobs import to_batch
     from minirl.rollout import rollout
     from minirl.update import accumulate_gradients
 
@@ -457,7 +457,7 @@ def load_bench_model(args: BenchArgs):
 
 def run_bench(args: BenchArgs, progress: bool = True) -> dict:
     """All five measurements; returns what bench.json holds."""
-    from minirl.progress import progress_bar
+    from minirl.infra.progress import progress_bar
 
     validate_bench(args)
     torch.set_grad_enabled(True)

@@ -19,7 +19,7 @@ and the allocator's slack (often 0.5-1 GiB) are not counted.
   about 8 hidden-width, 2 key/value-width and 4 MLP-width vectors (inputs of the norms and
   linears, attention output, the MLP's gate, up and product); with gradient checkpointing only the
   layer's input (1 hidden-width vector) is kept, and one layer's full set exists during its
-  recomputation. The LM head runs only on the loss tokens (minirl.batch.loss_token_logps): about
+  recomputation. The LM head runs only on the loss tokens (minirl.logprobs.loss_token_logps): about
   3 copies of their [tokens, V] float32 logits at the peak (the saved logits, their gradient, a
   chunk's temporaries).
 

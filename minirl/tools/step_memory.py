@@ -23,8 +23,8 @@ import time
 
 import torch
 
-from minirl.cli import ArgParser, run_cli
 from minirl.config import BudgetArgs, Config, GRPOArgs, ModelArgs, TaskArgs, validate
+from minirl.infra.cli import ArgParser, run_cli
 from minirl.tools.measure import peak_memory_mb, reset_peak_memory, sync
 
 

@@ -10,16 +10,17 @@ So nothing read back is used as it comes:
   with too many digits. Python's own errors here are a RecursionError, a ValueError about integer
   digits, a UnicodeDecodeError: each would be a traceback.
 - `check_json(value, hint, where)` checks a JSON value against a type, the way
-  minirl.validation checks a flag: a dataclass is a JSON object with its fields (a field without
-  a default is required; keys the dataclass does not name are dropped, so nothing unchecked gets
-  through), `list[X]`, `dict[str, X]`, `X | None`, `Literal[...]`, `int` (not a bool, within
+  minirl.infra.validation checks a flag: a dataclass is a JSON object with its fields (a field
+  without a default is required; keys the dataclass does not name are dropped, so nothing unchecked
+  gets through), `list[X]`, `dict[str, X]`, `X | None`, `Literal[...]`, `int` (not a bool, within
   int64), `float` (an int or a float), `bool`, `str`, and `Annotated[X, Range(...)]` for a range.
   It returns the value as plain JSON data (dicts and lists), so code that reads `record["seed"]`
   is unchanged, but every value it reads has the type the schema says. `where` names the place in
   messages: "FILE:" for a whole file, which gives "FILE: episodes['base'][0].seed: expected an
   integer, got '7<script>'".
 
-One schema per file lives next to the code that writes it (minirl.samples, minirl.study.run).
+One schema per file lives next to the code that writes it (minirl.rundir.sample_episodes,
+minirl.study.run).
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
-from minirl.errors import DataError
-from minirl.validation import INT64_MAX, expected, split_hint
+from minirl.infra.errors import DataError
+from minirl.infra.validation import INT64_MAX, expected, split_hint
 
 
 def read_json(path: str | Path) -> Any:
@@ -121,7 +122,7 @@ def _scalar_ok(value: Any, hint: Any) -> bool:
         return _scalar_ok(value, int) or isinstance(value, float)
     if hint is str:
         return isinstance(value, str)
-    raise TypeError(f"minirl.readback cannot check values of type {hint!r}")
+    raise TypeError(f"minirl.infra.readback cannot check values of type {hint!r}")
 
 
 def _expected(hint: Any) -> str:

@@ -9,15 +9,16 @@ comparing runs. Every tracker named in `--report_to` (TRL's field, with TRL's na
   mean_turns) at step 0 for the base and at the last step for the trained policy, so each is a
   line from before to after;
 - a sample of episodes as a text table: one row per episode (instance, T, policy, outcome, and
-  each reply with the oracle's mark), from minirl.samples. TensorBoard renders text as Markdown,
-  so every cell is escaped for it (`markdown_cell`): a reply is data, and `<img src=...>`,
-  `![](...)`, a `|` or a newline in one must not become a remote image, a cut or a forged row.
+  each reply with the oracle's mark), from minirl.rundir.sample_episodes. TensorBoard renders text
+  as Markdown, so every cell is escaped for it (`markdown_cell`): a reply is data, and
+  `<img src=...>`, `![](...)`, a `|` or a newline in one must not become a remote image, a cut or
+  a forged row.
 
 Where each one writes, without a network or an account:
 
 - tensorboard: event files in OUTPUT/tensorboard/ (torch's SummaryWriter); watch with
   `tensorboard --logdir runs`. A resumed run passes `purge_step`, so TensorBoard drops what the
-  killed run logged after its last checkpoint, as metrics.jsonl does (minirl.checkpoint).
+  killed run logged after its last checkpoint, as metrics.jsonl does (minirl.rundir.checkpoint).
 - trackio: its local SQLite store (~/.cache/huggingface/trackio, or $TRACKIO_DIR), project
   "minirl", one run per output directory (a --resume continues it); `trackio show`.
 - wandb: OUTPUT/wandb/, in offline mode unless a W&B login (an API key) or WANDB_MODE says
@@ -48,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from minirl.errors import ConfigError, RunError
+from minirl.infra.errors import ConfigError, RunError
 
 PROJECT = "minirl"  # the trackio and wandb project every run goes to
 STEP_KEY = "train/global_step"  # wandb's x axis, as TRL's WandbCallback names it
@@ -76,7 +77,7 @@ def wandb_mode() -> str:
 
 def check_trackers(report_to: list[str], out: Path) -> None:
     """Refuse, before the model loads, a tracker that would fail or lose metrics (ConfigError)."""
-    from minirl.checkpoint import check_writable
+    from minirl.rundir.checkpoint import check_writable
 
     if "tensorboard" in report_to and (out / "tensorboard").exists():
         if not (out / "tensorboard").is_dir():
@@ -189,7 +190,8 @@ class Trackers:
         )
 
     def log_episodes(self, samples: dict, step: int) -> None:
-        """The sample episodes (minirl.samples) as a table: text in tensorboard, a Table else."""
+        """The sample episodes (minirl.rundir.sample_episodes) as a table: text in tensorboard, a
+        Table else."""
         columns, rows = episode_table(samples)
         if not rows:
             return

@@ -5,15 +5,15 @@ Both backends (minirl.trainer and minirl.trl_backend) call these two, so their r
 - `evaluate_policy`, before the first step and after the last: held-out success at the tight,
   middle and generous budget (minirl.eval.sampler; summary.json stores it) with the policy's
   feedback use there (minirl.eval.feedback, from the same episodes), a few of the episodes
-  it played, kept in OUTPUT/episodes.json (minirl.samples), and the numbers sent to the trackers
-  (minirl.trackers) at step 0 or the last step;
+  it played, kept in OUTPUT/episodes.json (minirl.rundir.sample_episodes), and the numbers sent to
+  the trackers (minirl.rundir.trackers) at step 0 or the last step;
 - `open_loop`, once per run: what the best policy that never reads an observation wins at the
   same budgets (minirl.eval.openloop, cached), summary.json's "open_loop": the line a trained
   policy must clear before its gain is multi-turn skill;
-- `finish_run`, at the end: the training curves, OUTPUT/curves.png (minirl.curves), the episode
-  viewer page, OUTPUT/episodes.html (minirl.viewer), and the sample episodes as a table in every
-  tracker. Both can be redrawn later from the files alone: `python -m minirl.curves OUTPUT`,
-  `python -m minirl.viewer OUTPUT`.
+- `finish_run`, at the end: the training curves, OUTPUT/curves.png (minirl.rundir.curves), the
+  episode viewer page, OUTPUT/episodes.html (minirl.rundir.viewer), and the sample episodes as a
+  table in every tracker. Both can be redrawn later from the files alone:
+  `python -m minirl.rundir.curves OUTPUT`, `python -m minirl.rundir.viewer OUTPUT`.
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ from pathlib import Path
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from minirl import curves, viewer
 from minirl.config import Config
 from minirl.eval.feedback import feedback_use
 from minirl.eval.openloop import yardsticks
 from minirl.eval.sampler import run_evaluation
-from minirl.samples import add_samples, load_samples
-from minirl.trackers import Trackers
+from minirl.rundir import curves, viewer
+from minirl.rundir.sample_episodes import add_samples, load_samples
+from minirl.rundir.trackers import Trackers
 
 
 def evaluate_policy(

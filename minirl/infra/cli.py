@@ -2,7 +2,7 @@
 
 - `ArgParser` is transformers' `HfArgumentParser` (every flag a dataclass field) with two changes:
   an error is one line naming the flag (argparse prints its usage block first), and `--help`
-  shows each field's range, taken from the same `Range` the check uses (minirl.validation).
+  shows each field's range, taken from the same `Range` the check uses (minirl.infra.validation).
 - `run_cli` runs a tool's work and turns every expected failure into one line on stderr and an
   exit status:
     a `MinirlError`: bad input (2), or a run that started well and could not finish (1);
@@ -21,8 +21,8 @@ from typing import NoReturn
 
 from transformers import HfArgumentParser
 
-from minirl.errors import MinirlError
-from minirl.validation import range_help
+from minirl.infra.errors import MinirlError
+from minirl.infra.validation import range_help
 
 # OSErrors that are the machine's state, not a bug: the user can act on them.
 WRITE_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}

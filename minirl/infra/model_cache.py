@@ -1,8 +1,8 @@
 """Where minirl keeps the base models it builds, and how it writes them without ever half-writing.
 
-The embedded `tiny` base (minirl.tiny) and the converted `smollm2` checkpoint (minirl.smollm2) are
-built once and then loaded like any hub checkpoint from `cache_root()/<name>-<hash>`. A build can
-take minutes, and a killed build must not leave a directory that later loads as a broken model,
+The embedded `tiny` base (minirl.tiny) and the converted `smollm2` checkpoint (minirl.infra.smollm2)
+are built once and then loaded like any hub checkpoint from `cache_root()/<name>-<hash>`. A build
+can take minutes, and a killed build must not leave a directory that later loads as a broken model,
 so each is written into a temporary sibling and renamed into place: `os.replace` of a directory is
 atomic on one filesystem, so the target either does not exist or is complete.
 """

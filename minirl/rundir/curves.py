@@ -1,6 +1,6 @@
 """Training curves as a picture: RUN_DIR/metrics.jsonl -> RUN_DIR/curves.png.
 
-    python -m minirl.curves runs/budgetmix-gridnav     # any run directory, a killed one too
+    python -m minirl.rundir.curves runs/budgetmix-gridnav     # any run directory, a killed one too
 
 Six panels against the training step: reward, success, invalid-reply rate, policy entropy,
 turns used next to the budget T drawn, and the fraction of groups whose rewards all tie (they
@@ -10,7 +10,7 @@ of the run boldly: one step of 64 episodes is noisy, the trend is what to read.
 Both backends write metrics.jsonl with these keys (TRL names the last one frac_reward_zero_std).
 The trainer draws the curves at the end of every run; this command draws them on demand, from
 whatever metrics.jsonl holds, so a run killed mid-way (even mid-line) still gets its picture.
-A line is read only if it is a JSON object with an integer step (minirl.readback: UTF-8, no
+A line is read only if it is a JSON object with an integer step (minirl.infra.readback: UTF-8, no
 overflowing numbers, not nested without end); a value is drawn only if it is a finite number.
 Other lines are skipped, and a warning names the first of them (a torn last line is expected and
 skipped quietly).
@@ -49,8 +49,8 @@ def read_metrics(path: Path) -> list[dict]:
     A killed run's torn last line goes quietly; any other line that is not metrics goes with a
     warning naming it, so a damaged file still draws what it holds.
     """
-    from minirl.errors import DataError
-    from minirl.readback import parse_json
+    from minirl.infra.errors import DataError
+    from minirl.infra.readback import parse_json
 
     rows, skipped = [], []
     lines = Path(path).read_bytes().split(b"\n")
@@ -158,13 +158,16 @@ def write_curves(run_dir: str | Path, output: str | Path | None = None) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from minirl.cli import ArgParser, run_cli
     from minirl.config import CurvesArgs
-    from minirl.errors import ConfigError
-    from minirl.validation import check_fields
+    from minirl.infra.cli import ArgParser, run_cli
+    from minirl.infra.errors import ConfigError
+    from minirl.infra.validation import check_fields
 
     parser = ArgParser(
-        CurvesArgs, prog="minirl.curves", description=__doc__.split("\n")[0], allow_abbrev=False
+        CurvesArgs,
+        prog="minirl.rundir.curves",
+        description=__doc__.split("\n")[0],
+        allow_abbrev=False,
     )
     parser.add_argument("run_dir", help="A run directory holding metrics.jsonl.")
     args, rest = parser.parse_args_into_dataclasses(args=argv)
@@ -183,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {path}")
         return 0
 
-    return run_cli("minirl.curves", work, lambda: "nothing was written")
+    return run_cli("minirl.rundir.curves", work, lambda: "nothing was written")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ intact one, replaying the steps in between exactly.
 The run directory around the checkpoints has rules too, kept here with them: its location must be
 writable before anything loads (`check_writable`), one process writes it at a time
 (`sole_writer`), a run never silently resumes or overwrites an earlier one (`check_output_dir`),
-a resumed run keeps only sample episodes that replay true (minirl.viewer.load_verified), and
+a resumed run keeps only sample episodes that replay true (minirl.rundir.viewer.load_verified), and
 `metrics.jsonl` is cut back to the checkpoint's step (`metrics_up_to`) so the replayed steps are
 not logged twice.
 """
@@ -46,8 +46,8 @@ from peft import PeftModel, set_peft_model_state_dict
 from safetensors.torch import load_file
 
 from minirl.config import Config
-from minirl.errors import CheckpointError, ConfigError, DataError, RunError
-from minirl.readback import parse_json, read_json
+from minirl.infra.errors import CheckpointError, ConfigError, DataError, RunError
+from minirl.infra.readback import parse_json, read_json
 
 try:
     import fcntl  # POSIX: Linux and macOS, where minirl runs
@@ -313,6 +313,53 @@ def restore_rng(state: TrainerState, rng: random.Random) -> None:
     rng.setstate(state.python_rng)
 
 
+def open_run_dir(
+    out: Path,
+    existing: list[Path],
+    resume_from: Path | None,
+    model: PeftModel,
+    optimizer: torch.optim.Optimizer,
+    rng: random.Random,
+    cfg: Config,
+) -> tuple[int, dict]:
+    """Make `out` ready for step 0, or for the step after `resume_from`; returns that step and
+    the run's summary so far.
+
+    Resuming loads the checkpoint's weights, optimizer and RNG states, and cuts metrics.jsonl
+    back to the checkpoint's step (a killed run may have logged steps it will replay). A fresh
+    run empties metrics.jsonl and removes what --overwrite_output_dir replaces: the old
+    checkpoints and their sample episodes.
+    """
+    metrics_path = out / "metrics.jsonl"
+    if resume_from is not None:
+        state = load_checkpoint(resume_from, model)
+        optimizer.load_state_dict(state.optimizer)
+        restore_rng(state, rng)
+        kept = metrics_up_to(metrics_path, state.step)
+        metrics_path.write_text("".join(line + "\n" for line in kept))
+        return state.step, state.summary
+    out.mkdir(parents=True, exist_ok=True)
+    metrics_path.write_text("")
+    for old in existing:
+        shutil.rmtree(old)
+    (out / "episodes.json").unlink(missing_ok=True)
+    return 0, {"config": cfg.to_dict()}
+
+
+def trainer_state(
+    step: int, optimizer: torch.optim.Optimizer, rng: random.Random, cfg: Config, summary: dict
+) -> TrainerState:
+    """Everything besides the weights that --resume needs to continue exactly after `step`."""
+    return TrainerState(
+        step=step,
+        optimizer=optimizer.state_dict(),
+        torch_rng=torch.get_rng_state(),
+        python_rng=rng.getstate(),
+        config=cfg.to_dict(),
+        summary=summary,
+    )
+
+
 def check_writable(path: str | Path, flag: str) -> None:
     """Refuse an output location that cannot be written, before any model loads."""
     path = Path(path)
@@ -382,7 +429,7 @@ def check_output_dir(out: Path, cfg: Config) -> list[Path]:
         )
     samples = out / "episodes.json"
     if cfg.grpo.resume and samples.exists():  # its base episodes are kept, and shown
-        from minirl.viewer import load_verified
+        from minirl.rundir.viewer import load_verified
 
         try:
             load_verified(samples)

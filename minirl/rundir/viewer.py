@@ -1,10 +1,10 @@
 """The episode viewer: one self-contained HTML page that replays sample episodes turn by turn.
 
-    python -m minirl.viewer runs/budgetmix-gridnav      # -> runs/budgetmix-gridnav/episodes.html
-    python -m minirl.viewer runs/eval --budget 8        # an evaluate.py output directory
+    python -m minirl.rundir.viewer runs/budgetmix-gridnav  # -> runs/budgetmix-gridnav/episodes.html
+    python -m minirl.rundir.viewer runs/eval --budget 8    # an evaluate.py output directory
 
-It reads DIR/episodes.json (minirl.samples: the base and the trained policy of a run, or every
-checkpoint of an evaluation, on the same held-out instances) and, for each episode:
+It reads DIR/episodes.json (minirl.rundir.sample_episodes: the base and the trained policy of a run,
+or every checkpoint of an evaluation, on the same held-out instances) and, for each episode:
 
 1. replays it: a fresh environment, `tasks.make(task).reset(seed)`, then `step(reply)` for each
    recorded reply. The tasks are deterministic given the seed and the replies, so this gives back
@@ -23,8 +23,8 @@ checkpoint of an evaluation, on the same held-out instances) and, for each episo
 A slider under each instance (or the arrow keys, or DIR/episodes.html#turn=3) replays the turns
 one at a time. No server and no network: the styles and the few lines of script are in the page.
 Model output is data: every reply is HTML-escaped, never interpreted, and so is every other value
-from the file, after minirl.samples has checked its type (a page is shared; it must never run
-anything but its own script).
+from the file, after minirl.rundir.sample_episodes has checked its type (a page is shared; it must
+never run anything but its own script).
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import tasks
-from minirl.errors import ConfigError, DataError
-from minirl.samples import load_samples
+from minirl.infra.errors import ConfigError, DataError
+from minirl.rundir.sample_episodes import load_samples
 
 CELL = 22  # pixels per grid cell
 CHANGED = "the file was edited or the task has changed since these episodes were played"
@@ -284,8 +284,8 @@ def reference(samples: dict, budget: int) -> str:
     """What the best feedback-blind policy wins at `budget`, beside each policy's success and
     feedback use over the whole evaluation (minirl.eval.openloop, minirl.eval.feedback).
 
-    Both come from the file (minirl.samples), so every value is type-checked here; a file
-    written before they were kept says so instead.
+    Both come from the file (minirl.rundir.sample_episodes), so every value is type-checked here; a
+    file written before they were kept says so instead.
     """
     from minirl.eval.openloop import from_record
 
@@ -350,8 +350,9 @@ def page(samples: dict, title: str, budget: int = 0, instances: int = 6) -> str:
 
 
 def load_verified(path: str | Path) -> dict:
-    """An episodes file, every value checked (minirl.samples) and every episode replayed: what the
-    page shows, and what a resumed run keeps, is what the task gives. DataError if not."""
+    """An episodes file, every value checked (minirl.rundir.sample_episodes) and every episode
+    replayed: what the page shows, and what a resumed run keeps, is what the task gives. DataError
+    if not."""
     samples = load_samples(path)
     for policy, records in samples["episodes"].items():
         for i, record in enumerate(records):
@@ -457,12 +458,15 @@ instances played by each policy, side by side; each row is the state after that 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from minirl.cli import ArgParser, run_cli
     from minirl.config import ViewerArgs
-    from minirl.validation import check_fields
+    from minirl.infra.cli import ArgParser, run_cli
+    from minirl.infra.validation import check_fields
 
     parser = ArgParser(
-        ViewerArgs, prog="minirl.viewer", description=__doc__.split("\n")[0], allow_abbrev=False
+        ViewerArgs,
+        prog="minirl.rundir.viewer",
+        description=__doc__.split("\n")[0],
+        allow_abbrev=False,
     )
     parser.add_argument("directory", help="A run or evaluate.py directory with episodes.json.")
     args, rest = parser.parse_args_into_dataclasses(args=argv)
@@ -476,7 +480,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {path}: open it in a browser")
         return 0
 
-    return run_cli("minirl.viewer", work, lambda: "nothing was written")
+    return run_cli("minirl.rundir.viewer", work, lambda: "nothing was written")
 
 
 if __name__ == "__main__":

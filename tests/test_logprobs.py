@@ -9,7 +9,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from minirl.batch import (
+from minirl.episode import EpisodeSpec
+from minirl.logprobs import (
     bucketed_logps,
     length_buckets,
     loss_token_logps,
@@ -19,7 +20,6 @@ from minirl.batch import (
     to_batch,
     token_logps,
 )
-from minirl.episode import EpisodeSpec
 from minirl.rollout import rollout
 
 

@@ -1,4 +1,5 @@
-"""Sample episodes to look at: `episodes.json`, the file the episode viewer (minirl.viewer) reads.
+"""Sample episodes to look at: `episodes.json`, the file the episode viewer (minirl.rundir.viewer)
+reads.
 
 A training run keeps, at its before/after evaluation, the episodes of the first
 `SAMPLE_INSTANCES` held-out instances at each evaluation budget, played by the base ("base") and
@@ -35,10 +36,10 @@ from typing import Annotated, Literal
 import tasks
 from minirl.config import MAX_TURNS
 from minirl.episode import Episode, Turn
-from minirl.errors import DataError
 from minirl.eval.openloop import Yardstick
-from minirl.readback import check_json, read_json
-from minirl.validation import Range
+from minirl.infra.errors import DataError
+from minirl.infra.readback import check_json, read_json
+from minirl.infra.validation import Range
 
 SAMPLE_INSTANCES = 8  # instances kept per budget: enough to compare, small enough to read
 
@@ -136,8 +137,8 @@ def add_samples(
 def load_samples(path: str | Path) -> dict:
     """The samples file as plain data, every value checked (DataError names the file and field).
 
-    Checked here for its types and ranges only; minirl.viewer.load_verified also replays every
-    episode, so that the outcomes it shows are the ones the task gives.
+    Checked here for its types and ranges only; minirl.rundir.viewer.load_verified also replays
+    every episode, so that the outcomes it shows are the ones the task gives.
     """
     path = Path(path)
     data = check_json(read_json(path), SamplesFile, f"{path}:")

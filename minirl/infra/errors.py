@@ -2,8 +2,8 @@
 
 Everything that goes wrong because of what the user asked for (a bad flag, a model that cannot be
 loaded, a checkpoint that is missing or corrupt) raises one of these. `train.py`, `evaluate.py`
-and the benchmark catch `MinirlError` (minirl.cli.run_cli), print its message on one line and exit
-with its `exit_code`: 2 for bad input, 1 for a run that started well and could not finish (the
+and the benchmark catch `MinirlError` (minirl.infra.cli.run_cli), print its message on one line and
+exit with its `exit_code`: 2 for bad input, 1 for a run that started well and could not finish (the
 policy diverged, the disk filled up); Ctrl-C exits with 130. Any other exception is a bug in
 minirl and keeps its traceback.
 

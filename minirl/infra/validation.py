@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from minirl.errors import ConfigError, ModelLoadError
+from minirl.infra.errors import ConfigError, ModelLoadError
 
 INT64_MAX = 2**63 - 1
 
@@ -107,7 +107,7 @@ def expected(hint: Any) -> str:
     names = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
     if hint in names:
         return names[hint]
-    raise TypeError(f"minirl.validation cannot check values of type {hint!r}")
+    raise TypeError(f"minirl.infra.validation cannot check values of type {hint!r}")
 
 
 def convert(value: Any, hint: Any) -> tuple[bool, Any]:

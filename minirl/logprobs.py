@@ -122,8 +122,8 @@ def loss_token_logps(
     backward.
 
     Written by hand rather than with transformers' `logits_to_keep`: a boolean [B, L] mask there
-    works in transformers 5.25 but raises an IndexError in 5.17 (found on the GPU machine), while
-    `get_decoder()` and `get_output_embeddings()` are stable API. (A model that scales or caps
+    is not supported by every transformers version minirl allows, while `get_decoder()` and
+    `get_output_embeddings()` are stable API. (A model that scales or caps
     its logits after the head, Gemma's softcapping, would need that step here too; the Llama and
     Qwen2 families minirl targets have none.)
     """
