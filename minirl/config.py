@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Literal
 
 from transformers.hf_argparser import HfArg
@@ -91,11 +93,11 @@ class GRPOArgs:
     )
     learning_rate: Annotated[float | None, Range(gt=0)] = HfArg(
         default=None,
-        help="AdamW learning rate of the LoRA parameters. Unset: 1e-3 for tiny, 2e-4 for a "
-        "pretrained chat model (any other --model). Measured with smollm2 on guess (the recipe's "
-        "other settings, tutorials/measured.md): at 1e-3 its reply entropy fell from 1.59 to 0.06 "
-        "in 6 steps (0.01 by step 10), near-deterministic replies; at 2e-4 it fell to 0.76 by "
-        "step 20 and the policy learned the task.",
+        help="AdamW learning rate of the LoRA parameters. Unset: 1e-3 for tiny (and a local base "
+        "with its word-level tokenizer), 2e-4 for a pretrained chat model. Measured with "
+        "smollm2 on guess (the recipe's other settings, tutorials/measured.md): at 1e-3 its "
+        "reply entropy fell from 1.59 to 0.06 in 6 steps (0.01 by step 10), near-deterministic "
+        "replies; at 2e-4 it fell to 0.76 by step 20 and the policy learned the task.",
     )
     beta: Annotated[float, Range(ge=0)] = HfArg(
         default=0.0,
@@ -280,7 +282,7 @@ class Config:
         # Defaults that follow the base model, settled once here so that every use, the run's
         # recorded config and a resumed run's check all see the same number.
         if self.grpo.learning_rate is None:
-            tiny = self.model.model in TINY_MODELS
+            tiny = tiny_like(self.model.model)
             self.grpo.learning_rate = TINY_LEARNING_RATE if tiny else CHAT_LEARNING_RATE
 
     def to_dict(self) -> dict:
@@ -304,6 +306,18 @@ class Config:
         """The three budgets every evaluation reports: tight, middle and generous."""
         lo, hi = self.budget.budget_min, self.budget.budget_max
         return sorted({lo, (lo + hi) // 2, hi})
+
+
+def tiny_like(model: str) -> bool:
+    """`tiny` and its variants, or a local base built like them: a word-level tokenizer (the
+    test models.load_policy applies once loaded, read here from tokenizer.json without loading)."""
+    if model in TINY_MODELS:
+        return True
+    try:
+        found = json.loads((Path(model).expanduser() / "tokenizer.json").read_text())
+        return found["model"]["type"] == "WordLevel"
+    except (OSError, ValueError, KeyError, TypeError):  # a hub id, or not a tokenizer file
+        return False
 
 
 def validate(cfg: Config) -> None:

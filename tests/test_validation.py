@@ -204,3 +204,32 @@ def test_cli_dataclasses_are_all_covered() -> None:
         and any("help" in f.metadata for f in dataclasses.fields(obj))
     }
     assert found == set(CLI_DATACLASSES)
+
+
+def test_the_learning_rate_follows_the_base_model_unless_given(tmp_path: Path) -> None:
+    """Unset, tiny (or a local base with a word-level tokenizer) trains at 1e-3 and a chat model
+    at 2e-4 (1e-3 collapsed smollm2's replies); a given rate is kept; the resolved number is what
+    the run records, so a resumed run compares like with like."""
+    from minirl.config import CHAT_LEARNING_RATE, TINY_LEARNING_RATE, Config, tiny_like
+
+    def rate(model: str, **grpo: object) -> float:
+        return Config(ModelArgs(model=model), GRPOArgs(**grpo)).grpo.learning_rate
+
+    word, bpe, odd = (tmp_path / name for name in ("word", "bpe", "odd"))
+    for folder, text in (
+        (word, '{"model": {"type": "WordLevel"}}'),
+        (bpe, '{"model": {"type": "BPE"}}'),
+        (odd, '["not", "a", "tokenizer"]'),
+    ):
+        folder.mkdir()
+        (folder / "tokenizer.json").write_text(text)
+    assert (TINY_LEARNING_RATE, CHAT_LEARNING_RATE) == (1e-3, 2e-4)
+    assert [rate(m) for m in ("tiny", "tiny-sticky", str(word))] == [1e-3] * 3
+    assert [rate(m) for m in ("smollm2", "Qwen/Qwen2.5-0.5B-Instruct", str(bpe), str(odd))] == [
+        2e-4
+    ] * 4
+    assert rate("smollm2", learning_rate=5e-4) == 5e-4 and rate("tiny", learning_rate=3e-3) == 3e-3
+    saved = Config(ModelArgs(model="smollm2")).to_dict()
+    assert saved["grpo"]["learning_rate"] == 2e-4
+    assert Config.from_dict(saved).grpo.learning_rate == 2e-4
+    assert not tiny_like(str(tmp_path / "missing"))
