@@ -102,7 +102,10 @@ class GRPOArgs:
     beta: Annotated[float, Range(ge=0)] = HfArg(
         default=0.0,
         help="Weight of the k3 KL penalty to the reference (the base with adapters disabled). "
-        "0 disables it and skips the reference forward pass, as in TRL.",
+        "0 disables it and skips the reference forward pass, as in TRL. Measured with smollm2 "
+        "on guess (tutorials/measured.md): 0.04 kept the reply entropy higher (0.97 against 0.76 "
+        "at step 20) and learned less in 20 steps (held-out success 0.20 / 0.35 / 0.59 against "
+        "0.36 / 0.47 / 0.75 at T = 4 / 6 / 8), so the default stays 0.",
     )
     epsilon: Annotated[float, Range(ge=0, le=1)] = HfArg(
         default=0.2, help="Lower clip range: ratios below 1-epsilon are clipped."
