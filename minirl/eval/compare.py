@@ -376,12 +376,11 @@ def keep_samples(
         per_instance=args.n,
         stats={
             str(t): {
-                "success": sum(e.success for e in runs) / len(runs),
+                "success": sum(e.success for e in episodes[t]) / len(episodes[t]),
                 "feedback_use": used[t].bits,
                 "feedback_use_sd": used[t].null_sd,
             }
             for t in results.meta.ts
-            for runs in [episodes[t]]
         },
         open_loop={str(t): dataclasses.asdict(y) for t, y in results.open_loop.items()},
     )
