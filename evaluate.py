@@ -6,7 +6,7 @@
 
 Every compared checkpoint plays the same instances from the same seed. The terminal shows one
 table per checkpoint and the deltas against the first; --output gets results.json, results.jsonl
-and PNG plots (see minirl/eval/compare.py), and episodes.html, the checkpoints' episodes on the
+and PNG plots (see minirl/compare.py), and episodes.html, the checkpoints' episodes on the
 same instances side by side (minirl/rundir/viewer.py). Flags come from `EvalArgs` in
 minirl/config.py. Bad input prints one line and exits with status 2; every other expected failure (a
 corrupt checkpoint, an unwritable --output, Ctrl-C) is one line too (minirl/infra/cli.py). `--study`
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(args: EvalArgs) -> int:
     validate_eval(args)  # before the heavy imports, so bad flags fail at once
-    from minirl.eval.compare import compare, write_outputs
+    from minirl.compare import compare, write_outputs
     from minirl.eval.tables import print_tables
     from minirl.rundir.checkpoint import sole_writer
     from minirl.rundir.viewer import write_page

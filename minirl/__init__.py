@@ -17,7 +17,8 @@ One file per step of the method, in the order data flows through a training step
     update.py                 loss -> gradient, one micro-batch at a time, and the optimizer step
     trainer.py                the loop: train() and train_step()
     trl_backend.py            the same pieces inside trl.GRPOTrainer
-    eval/                     Pass@(K,T) and the behaviour analyses (evaluate.py)
+    compare.py                checkpoints side by side on identical instances (evaluate.py)
+    eval/                     Pass@(K,T) and the behaviour analyses compare() runs
     study/                    the paper's claims on toy tasks (evaluate.py --study)
     tools/                    the benchmark, the GPU memory estimate, the notebooks' generator
     rundir/                   what a run leaves behind: checkpoints, trackers, curves.png,

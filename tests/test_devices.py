@@ -150,7 +150,7 @@ def test_training_steps_create_no_host_tensors(quick_policy, grpo_args, task_arg
 def test_evaluation_creates_no_host_tensors(quick_tiny_path: str, quick_policy) -> None:
     """evaluate.py's whole path (Pass@(K,T), the decision states, the analyses), and the
     held-out success every training run reports."""
-    from minirl.eval.compare import compare
+    from minirl.compare import compare
     from minirl.eval.sampler import run_success
 
     model, tok = quick_policy

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import tasks
+from minirl.compare import checkpoint_labels, compare
 from minirl.config import EvalArgs
-from minirl.eval.compare import checkpoint_labels, compare
 from minirl.infra.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]

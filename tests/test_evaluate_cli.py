@@ -190,7 +190,7 @@ def test_only_checkpoint_dirs_count_so_a_stray_backup_is_ignored(run_dir: Path, 
     (copy / "checkpoint-7.tmp").mkdir()  # a write that was killed
     (copy / "checkpoint-notes").write_text("a file")
     assert [p.name for p in checkpoints(copy)] == ["checkpoint-1"]
-    from minirl.eval.compare import resolve_checkpoint
+    from minirl.compare import resolve_checkpoint
 
     model = json.loads((copy / "checkpoint-1" / "trainer_state.json").read_text())["config"]
     found = resolve_checkpoint(str(copy), "gridnav", model["model"]["model"])

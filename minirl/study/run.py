@@ -219,7 +219,7 @@ def _timed_train(cfg: Config, progress: bool) -> tuple[str, float]:
 
 
 def _timed_eval(args: EvalArgs, progress: bool) -> float:
-    from minirl.eval.compare import compare, write_outputs
+    from minirl.compare import compare, write_outputs
 
     t0 = time.perf_counter()
     with sole_writer(args.output, "--output"):  # another writer of TASK_DIR is refused

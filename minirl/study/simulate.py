@@ -321,7 +321,7 @@ def fixed_states(
     rng: random.Random,
     stream: int,
 ) -> tuple[list[dict], list[dict], list[dict]]:
-    """The fixed states, drawn from base episodes as minirl.eval.compare draws them: random fresh
+    """The fixed states, drawn from base episodes as minirl.compare draws them: random fresh
     states, post-error states at positions 1..recovery_horizon, and their matched fresh states."""
     played = episodes(task, seeds, base, horizon_t, state_episodes, stream=stream)
     pool, post = [], []
@@ -385,7 +385,7 @@ def sim_results(
     seed: int = 0,
     continuations: bool = True,
 ) -> SimStudy:
-    """An evaluation of simulated checkpoints, shaped like minirl.eval.compare's, at these sizes.
+    """An evaluation of simulated checkpoints, shaped like minirl.compare's, at these sizes.
 
     `arms` maps "base" and each trained arm to its policy; a trained arm gets `runs` runs (its
     training seeds), each the arm's policy with its log-odds moved by N(0, seed_sd), uniformly,

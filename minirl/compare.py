@@ -14,6 +14,10 @@ that never reads an observation wins, the line a checkpoint must clear to show m
 It returns the typed results (minirl.eval.results) and writes results.json (grid + analyses +
 metadata), results.jsonl (the grid as a flat table,
 `datasets.load_dataset("json", data_files=...)`) and the PNGs of minirl.eval.plots.
+
+It sits beside trainer.py, not in minirl/eval: like train(), it reads and writes run directories
+(checkpoints through minirl.rundir.checkpoint, the viewer's episodes through
+minirl.rundir.sample_episodes), while the evaluation's pieces in minirl/eval stay below them.
 """
 
 from __future__ import annotations
