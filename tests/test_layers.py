@@ -44,10 +44,22 @@ def floor(module: str) -> str:
     return "method"  # the method's files and minirl.eval
 
 
-def imports(path: Path) -> list[str]:
-    """Every minirl module `path` imports, at any depth of its code."""
+def module_level(tree: ast.Module) -> list[ast.stmt]:
+    """The statements that run (or type-check) at import: the body and its if/try blocks."""
+    out, todo = [], list(tree.body)
+    while todo:
+        node = todo.pop()
+        out.append(node)
+        if isinstance(node, (ast.If, ast.Try)):  # `if TYPE_CHECKING:` imports count too
+            todo += node.body + node.orelse + getattr(node, "finalbody", [])
+    return out
+
+
+def imports(path: Path, top_level_only: bool = False) -> list[str]:
+    """Every minirl module `path` imports, anywhere in its code (or only at module level)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
     found = []
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    for node in module_level(tree) if top_level_only else ast.walk(tree):
         if isinstance(node, ast.Import):
             found += [a.name for a in node.names if a.name.startswith("minirl")]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -91,3 +103,33 @@ def test_the_plumbing_imports_nothing_of_the_method():
     assert infra == []
     # The package's face only switches offline mode on before anything else loads.
     assert [t for s, t in edges() if s == "minirl"] == ["minirl.infra"]
+
+
+def test_no_module_imports_itself_round_a_circle():
+    """Within a floor too: no chain of module-level imports leads back to where it started.
+
+    Imports inside a function are left out: they run late, which is how a module may use one
+    that imports it. `if TYPE_CHECKING:` imports are in: a reader follows them all the same.
+    """
+    modules = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+    graph = {
+        name: {t for t in imports(path, top_level_only=True) if t in modules and t != name}
+        for name, path in modules.items()
+    }
+    assert graph["minirl.rollout"]  # the reader sees top-level imports
+    circles = []
+
+    def visit(name: str, chain: list[str]) -> None:
+        for target in sorted(graph[name]):
+            if target in chain:
+                circles.append(chain[chain.index(target) :] + [target])
+            elif target not in seen:
+                seen.add(target)
+                visit(target, [*chain, target])
+
+    seen: set[str] = set()
+    for start in sorted(graph):
+        if start not in seen:
+            seen.add(start)
+            visit(start, [start])
+    assert circles == []
