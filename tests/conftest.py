@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -18,20 +20,37 @@ def _threads() -> None:
 
 
 @pytest.fixture(scope="session")
-def quick_tiny_path(tmp_path_factory: pytest.TempPathFactory) -> str:
+def quick_base(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], str]:
+    """quick_base(task): the path of a quick tiny base for `task`, built once per session.
+
+    The task's own recipe (TinyRecipe.for_task: its epsilon, its demonstrations, its words) cut to
+    QUICK_STEPS warm-start steps, in a cache of its own, so it never stands in for the real base.
+    """
     from minirl.tiny import TinyRecipe, ensure_tiny
 
     cache = tmp_path_factory.mktemp("cache")
-    old = os.environ.get("MINIRL_CACHE")
-    os.environ["MINIRL_CACHE"] = str(cache)
-    try:
-        report = ensure_tiny(TinyRecipe(max_steps=QUICK_STEPS), progress=False)
-    finally:
-        if old is None:
-            del os.environ["MINIRL_CACHE"]
-        else:
-            os.environ["MINIRL_CACHE"] = old
-    return str(report.path)
+    built: dict[str, str] = {}
+
+    def build(task: str) -> str:
+        if task not in built:
+            recipe = dataclasses.replace(TinyRecipe.for_task(task), max_steps=QUICK_STEPS)
+            old = os.environ.get("MINIRL_CACHE")
+            os.environ["MINIRL_CACHE"] = str(cache)
+            try:
+                built[task] = str(ensure_tiny(recipe, progress=False).path)
+            finally:
+                if old is None:
+                    del os.environ["MINIRL_CACHE"]
+                else:
+                    os.environ["MINIRL_CACHE"] = old
+        return built[task]
+
+    return build
+
+
+@pytest.fixture(scope="session")
+def quick_tiny_path(quick_base: Callable[[str], str]) -> str:
+    return quick_base("gridnav")
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,7 @@ override it, as on the command line).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -42,13 +43,20 @@ def test_recipe_header_states_its_measured_run(recipe: Path) -> None:
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=[p.stem for p in RECIPES])
-def test_recipe_loads_validates_and_trains_a_step(recipe: Path, tmp_path: Path) -> None:
+def test_recipe_loads_validates_and_trains_a_step(
+    recipe: Path, tmp_path: Path, quick_base: Callable[[str], str]
+) -> None:
     cfg = train.parse(["--config", str(recipe)])
     validate(cfg)
     assert cfg.grpo.output_dir == f"runs/{recipe.stem}", "a recipe's runs go to runs/<its name>"
+    # A tiny recipe's step runs on its task's quick base (the task's own recipe cut to 4 warm-start
+    # steps, conftest.quick_base): the full base is one to two minutes of building per task, and
+    # the step's code does not depend on how well the base plays. Nothing here asserted the full
+    # bases' quality; test_tiny and test_hidden_tasks do, for gridnav and house.
+    model = ["--model", quick_base(cfg.task.task)] if cfg.model.model == "tiny" else []
     toy = train.parse(
         ["--config", str(recipe), *TOY, "--output_dir", str(tmp_path / "run"), "--budget", "2"]
-        + ["--budget_min", "2", "--budget_max", "2"]
+        + ["--budget_min", "2", "--budget_max", "2", *model]
     )
     result = run_training(toy, progress=False)
     assert len(result.metrics) == 1 and result.metrics[0]["step"] == 1
