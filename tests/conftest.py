@@ -34,15 +34,9 @@ def quick_base(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], str]
     def build(task: str) -> str:
         if task not in built:
             recipe = dataclasses.replace(TinyRecipe.for_task(task), max_steps=QUICK_STEPS)
-            old = os.environ.get("MINIRL_CACHE")
-            os.environ["MINIRL_CACHE"] = str(cache)
-            try:
+            with pytest.MonkeyPatch.context() as env:  # the session's own cache is restored after
+                env.setenv("MINIRL_CACHE", str(cache))
                 built[task] = str(ensure_tiny(recipe, progress=False).path)
-            finally:
-                if old is None:
-                    del os.environ["MINIRL_CACHE"]
-                else:
-                    os.environ["MINIRL_CACHE"] = old
         return built[task]
 
     return build
