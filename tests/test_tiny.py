@@ -6,7 +6,6 @@ import dataclasses
 import hashlib
 import json
 import math
-import os
 from pathlib import Path
 
 import pytest
@@ -19,15 +18,9 @@ SMALL = TinyRecipe(max_steps=3, batch_size=4, warmup_steps=1)
 
 
 def build_in(cache: Path, recipe: TinyRecipe):
-    old = os.environ.get("MINIRL_CACHE")
-    os.environ["MINIRL_CACHE"] = str(cache)
-    try:
+    with pytest.MonkeyPatch.context() as env:  # the session's own cache is restored after
+        env.setenv("MINIRL_CACHE", str(cache))
         return ensure_tiny(recipe, progress=False)
-    finally:
-        if old is None:
-            del os.environ["MINIRL_CACHE"]
-        else:
-            os.environ["MINIRL_CACHE"] = old
 
 
 def test_build_is_deterministic_and_cached(tmp_path: Path) -> None:
