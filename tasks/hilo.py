@@ -1,8 +1,9 @@
 """hilo: guess's number game, but the feedback never restates the range.
 
 The seed picks a target in 1..n. After a guess the agent hears only "higher", "lower" or
-"correct", so where the target can still be (the belief state) is the interval [lo, hi] left by
-*every* earlier answer together, and only the conversation's history holds it. This is guess with
+"correct" (the natural text names the guess it answers: "Higher: my number is higher than 8."),
+so where the target can still be (the belief state) is the interval [lo, hi] left by *every*
+earlier answer together, and only the conversation's history holds it. This is guess with
 its memory taken away: the same oracle, but an agent that reads only the last answer cannot use it.
 
 Belief-state oracle. The belief is exactly the interval [lo, hi] of targets consistent with all
@@ -46,11 +47,15 @@ def minimax_guesses(lo: int, hi: int) -> set[str]:
     return {str(g) for g in range(lo, hi + 1) if max(cost(g - lo), cost(hi - g)) == need}
 
 
+# The natural text says what guess says minus the range: it names the guess it answers, as a game
+# host would, so the one difference between the two tasks is the memory the range would restore.
+# (The first edition said "higher than your guess": a chat model then had to find its own last
+# reply before it could step from it, one more thing guess does not ask.)
 _SAID = {
     "start": "I have picked my number. Make your first guess.",
-    "higher": "Higher: my number is higher than your guess.",
-    "lower": "Lower: my number is lower than your guess.",
-    "correct": "Correct: that is my number.",
+    "higher": "Higher: my number is higher than {guess}.",
+    "lower": "Lower: my number is lower than {guess}.",
+    "correct": "Correct: my number is {guess}.",
 }
 
 
@@ -88,28 +93,29 @@ class Hilo(Env):
         self.lo, self.hi = 1, self.n  # the belief state: targets consistent with all feedback
         self._found = False
         self._last = "start"  # the latest answer: all an observation ever says
+        self._said = _SAID["start"]  # and the same answer as natural text
         self.optimal_length = self._worst_oracle_turns(1, self.n)
 
     def _observe(self) -> str:
         return self._last
 
     def _observe_natural(self) -> str:
-        return _SAID[self._last]
+        return self._said
 
     def _apply(self, action: str) -> Outcome:
         guess = int(action)
         known = self.lo <= guess <= self.hi
         if guess == self.target:
             self._found, self._last = True, "correct"
-            return Outcome("correct", False, extras={"error": None}, natural=_SAID["correct"])
+            said = self._said = _SAID["correct"].format(guess=guess)
+            return Outcome("correct", False, extras={"error": None}, natural=said)
         error = "unavoidable" if known else "avoidable"
         if guess < self.target:
             self.lo, self._last = max(self.lo, guess + 1), "higher"
         else:
             self.hi, self._last = min(self.hi, guess - 1), "lower"
-        return Outcome(
-            self._last, error == "avoidable", extras={"error": error}, natural=_SAID[self._last]
-        )
+        said = self._said = _SAID[self._last].format(guess=guess)
+        return Outcome(self._last, error == "avoidable", extras={"error": error}, natural=said)
 
     def _solved(self) -> bool:
         return self._found

@@ -320,3 +320,26 @@ def test_every_natural_observation_ends_with_the_format_reminder(task: str) -> N
             if step.done:
                 break
     assert not tasks.make(task).reset(0).endswith(reminder)  # the compact text is untouched
+
+
+def test_hilo_says_what_guess_says_but_the_range() -> None:
+    """hilo's natural answers name the guess they answer, as guess's do, and never the interval
+    that every answer together leaves: the one difference between the two tasks is that memory."""
+    hilo, guess = tasks.make("hilo", "natural"), tasks.make("guess", "natural")
+    compared = 0
+    for seed in range(300):
+        hilo.reset(seed), guess.reset(seed)
+        if hilo.target != guess.target:  # the seeds draw targets differently; compare equals
+            continue
+        compared += 1
+        for move in ("8", "4", "12", "2", "14"):
+            said, told = hilo.step(move), guess.step(move)
+            assert said.done == told.done
+            if said.done:
+                assert said.observation.startswith(f"Correct: my number is {move}.")
+                break
+            word = "Higher" if hilo.target > int(move) else "Lower"
+            assert said.observation.startswith(f"{word}: my number is {word.lower()} than {move}.")
+            assert told.observation.startswith(said.observation.split(".")[0] + ".")
+            assert "between" not in said.observation and "between" in told.observation
+    assert compared >= 10
