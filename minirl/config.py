@@ -99,6 +99,20 @@ class GRPOArgs:
         "reply entropy fell from 1.59 to 0.06 in 6 steps (0.01 by step 10), near-deterministic "
         "replies; at 2e-4 it fell to 0.76 by step 20 and the policy learned the task.",
     )
+    lr_scheduler_type: Literal["constant", "constant_with_warmup", "linear", "cosine"] = HfArg(
+        default="constant",
+        help="How the learning rate moves over max_steps (TrainingArguments' name; "
+        "transformers.get_scheduler builds it, stepped once per training step): constant, "
+        "constant_with_warmup, linear (to 0 at max_steps) or cosine (to 0). TRL defaults to "
+        "linear; minirl keeps the rate constant, so a run extended with --resume --max_steps "
+        "goes on as it was (a decaying schedule is laid over max_steps, which --resume then "
+        "may not change).",
+    )
+    warmup_steps: Annotated[int, Range(ge=0)] = HfArg(
+        default=0,
+        help="Training steps of linear warmup from 0 to learning_rate (TrainingArguments' name; "
+        "not used by the constant schedule).",
+    )
     beta: Annotated[float, Range(ge=0)] = HfArg(
         default=0.0,
         help="Weight of the k3 KL penalty to the reference (the base with adapters disabled). "
@@ -344,6 +358,15 @@ def validate(cfg: Config) -> None:
     check_model(cfg.model.model)
     if b.budget_min > b.budget_max:
         raise ConfigError(f"--budget_min ({b.budget_min}) must be <= --budget_max ({b.budget_max})")
+    if g.warmup_steps and g.lr_scheduler_type == "constant":
+        raise ConfigError(
+            f"--warmup_steps {g.warmup_steps} does nothing with --lr_scheduler_type constant; "
+            "use constant_with_warmup, linear or cosine"
+        )
+    if g.warmup_steps > g.max_steps:
+        raise ConfigError(
+            f"--warmup_steps ({g.warmup_steps}) must be <= --max_steps ({g.max_steps})"
+        )
     if g.resume and g.overwrite_output_dir:
         raise ConfigError("--resume and --overwrite_output_dir conflict")
     if g.backend == "trl" and g.dynamic_sampling:

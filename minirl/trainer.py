@@ -13,6 +13,8 @@ One step of multi-turn GRPO, each part in its own module:
    clipped surrogate (minirl.grpo) for `num_iterations` epochs, one optimizer step each, its
    gradient accumulated micro-batch by micro-batch (minirl.update), so memory is bounded by
    `per_device_train_batch_size`, not by the episodes per step; only the LoRA parameters move.
+   The learning rate is `learning_rate` throughout unless `--lr_scheduler_type` warms it up or
+   decays it (transformers' schedules, one move per step).
 
 Before the first step and after the last, the policy is evaluated on held-out instances at a
 tight, a middle and a generous budget (minirl.eval.sampler), so every run reports base vs trained.
@@ -32,7 +34,7 @@ from pathlib import Path
 
 import torch
 from peft import PeftModel
-from transformers import PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase, get_scheduler
 
 from minirl import grpo
 from minirl.budgets import tally_budgets
@@ -86,8 +88,19 @@ def _train(cfg: Config, progress: bool) -> TrainResult:
     optimizer = torch.optim.AdamW(
         trainable_parameters(model), lr=cfg.grpo.learning_rate, weight_decay=0.0
     )
+    # transformers' schedules, as TrainingArguments names them; stepped once per training step,
+    # so with num_iterations > 1 the epochs over one batch share its rate.
+    scheduler = get_scheduler(
+        cfg.grpo.lr_scheduler_type,
+        optimizer,
+        num_warmup_steps=cfg.grpo.warmup_steps,
+        num_training_steps=cfg.grpo.max_steps,
+    )
     # A fresh run directory, or the checkpoint's step, weights, optimizer and RNG states.
     start_step, summary = open_run_dir(out, existing, resume_from, model, optimizer, rng, cfg)
+    # The loaded optimizer state holds the rate the schedule had reached; the schedule's
+    # position is its step, which needs no state of its own.
+    scheduler.last_epoch = start_step
     metrics_path = out / "metrics.jsonl"
     # The text the tasks were played in: --task_text auto resolves by the tokenizer.
     summary["task_text"] = resolve_task_text(cfg.task.task_text, tokenizer)
@@ -109,6 +122,8 @@ def _train(cfg: Config, progress: bool) -> TrainResult:
         job = bar.add_task("train", total=cfg.grpo.max_steps, completed=start_step, metrics="")
         for step in range(start_step, cfg.grpo.max_steps):
             m = train_step(model, tokenizer, optimizer, cfg, rng, step)
+            m["learning_rate"] = optimizer.param_groups[0]["lr"]  # the rate this step trained at
+            scheduler.step()
             # The per-group budget lists go to summary.json's tally, not to metrics.jsonl: a
             # metrics line holds scalars only, which every tracker can store as they are.
             drawn, trained = m.pop("budgets_drawn"), m.pop("budgets_trained")

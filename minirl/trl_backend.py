@@ -87,8 +87,11 @@ MAPPING: dict[str, str] = {
     "episode (minirl closes it with an eos that env_mask leaves out), so TRL never sees a "
     "truncated episode.",
     "shuffle_dataset": "False: the dataset is already a seeded random draw in step order.",
-    "lr_scheduler_type": "'constant' and weight_decay 0: minirl's plain AdamW (TRL's default "
-    "decays the rate linearly to 0).",
+    "lr_scheduler_type, warmup_steps": "minirl's, with warmup_steps * num_iterations: TRL "
+    "steps the schedule once per optimizer step, minirl once per rollout batch (the same "
+    "rates when num_iterations is 1; with more, TRL's rate also moves between the epochs over "
+    "one batch). minirl's default is constant, not TRL's linear.",
+    "weight_decay": "0: minirl's plain AdamW.",
     "gradient_checkpointing": "minirl's --gradient_checkpointing, non-reentrant as in "
     "minirl.models. Unset, minirl turns it on for a pretrained chat model when it loads the "
     "model and passes False here, so TRL leaves the model as loaded (GRPOConfig defaults to "
@@ -270,7 +273,8 @@ def grpo_config(
         mask_truncated_completions=False,
         use_bias_correction_kl=False,
         shuffle_dataset=False,
-        lr_scheduler_type="constant",
+        lr_scheduler_type=g.lr_scheduler_type,
+        warmup_steps=g.warmup_steps * g.num_iterations,
         weight_decay=0.0,
         optim="adamw_torch",
         # Unset (None) leaves it to load_policy, which turns it on for a chat model before TRL

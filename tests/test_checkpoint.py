@@ -30,7 +30,7 @@ from torch.utils.tensorboard import SummaryWriter
 
 import minirl.trainer
 import minirl.update
-from minirl.config import BudgetArgs, Config, GRPOArgs, ModelArgs, TaskArgs
+from minirl.config import TINY_LEARNING_RATE, BudgetArgs, Config, GRPOArgs, ModelArgs, TaskArgs
 from minirl.infra.errors import CheckpointError, ConfigError, RunError
 from minirl.models import load_policy
 from minirl.rundir.checkpoint import (
@@ -114,6 +114,9 @@ def test_the_runs_really_learn_something(runs: dict) -> None:
     metrics = read_metrics(runs["full"])
     assert any(m["grad_norm"] > 0 for m in metrics[2:]), metrics
     assert all(2 <= m["budget"] <= 4 for m in metrics)  # BudgetMix drew from 2..4
+    # The default schedule is constant: every step at tiny's rate (tests/test_lr_schedule.py
+    # has the others).
+    assert [m["learning_rate"] for m in metrics] == [TINY_LEARNING_RATE] * 4
     a2 = load_file(runs["full"] / "checkpoint-2" / ADAPTER)
     a4 = load_file(runs["full"] / "checkpoint-4" / ADAPTER)
     assert any(not torch.equal(a2[k], a4[k]) for k in a2)

@@ -284,6 +284,11 @@ def test_config_mapping(tmp_path: Path) -> None:
     assert args.max_completion_length == 3 * 5  # max_new_tokens * budget_max
     assert (args.loss_type, args.epsilon_high, args.num_generations) == ("dr_grpo", 0.28, G)
     assert args.lr_scheduler_type == "constant" and not args.gradient_checkpointing
+    # A schedule passes through; its warmup counted in optimizer steps like max_steps.
+    cfg.grpo.lr_scheduler_type, cfg.grpo.warmup_steps = "cosine", 2
+    scheduled = backend.grpo_config(cfg, str(tmp_path))
+    assert (scheduled.lr_scheduler_type, scheduled.warmup_steps) == ("cosine", 4)
+    cfg.grpo.lr_scheduler_type, cfg.grpo.warmup_steps = "constant", 0
     assert not args.mask_truncated_completions and not args.shuffle_dataset
     assert not args.bf16  # no CUDA here
     assert args.report_to == ["tensorboard"] and args.run_name == tmp_path.name

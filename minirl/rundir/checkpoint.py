@@ -446,13 +446,16 @@ def config_changes(saved: dict, cfg: Config) -> list[str]:
     now = cfg.to_dict()
     # A flag added after the checkpoint was written had its default then.
     defaults = Config().to_dict()
+    resumable = RESUMABLE_CHANGES
+    if cfg.grpo.lr_scheduler_type not in ("constant", "constant_with_warmup"):
+        resumable = resumable - {"max_steps"}  # a decaying schedule is laid over max_steps
     diffs = []
     for section, values in now.items():
         recorded = saved.get(section, {}) if isinstance(saved, dict) else {}
         recorded = recorded if isinstance(recorded, dict) else {}
         for key, value in values.items():
             then = recorded.get(key, defaults[section][key])
-            if key not in RESUMABLE_CHANGES and then != value:
+            if key not in resumable and then != value:
                 diffs.append(f"--{key} ({then!r}, now {value!r})")
     return diffs
 
