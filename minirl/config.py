@@ -106,7 +106,9 @@ class GRPOArgs:
         "constant_with_warmup, linear (to 0 at max_steps) or cosine (to 0). TRL defaults to "
         "linear; minirl keeps the rate constant, so a run extended with --resume --max_steps "
         "goes on as it was (a decaying schedule is laid over max_steps, which --resume then "
-        "may not change).",
+        "may not change). Measured with smollm2 on guess (tutorials/measured.md): linear over "
+        "20 steps reached 0.16 / 0.29 / 0.44 held out at T = 4 / 6 / 8, below all three "
+        "constant-rate runs (0.28-0.40 / 0.39-0.59 / 0.52-0.88).",
     )
     warmup_steps: Annotated[int, Range(ge=0)] = HfArg(
         default=0,
