@@ -105,17 +105,17 @@ class Hilo(Env):
     def _apply(self, action: str) -> Outcome:
         guess = int(action)
         known = self.lo <= guess <= self.hi
+        error = None if guess == self.target else "unavoidable" if known else "avoidable"
         if guess == self.target:
             self._found, self._last = True, "correct"
-            said = self._said = _SAID["correct"].format(guess=guess)
-            return Outcome("correct", False, extras={"error": None}, natural=said)
-        error = "unavoidable" if known else "avoidable"
-        if guess < self.target:
+        elif guess < self.target:
             self.lo, self._last = max(self.lo, guess + 1), "higher"
         else:
             self.hi, self._last = min(self.hi, guess - 1), "lower"
-        said = self._said = _SAID[self._last].format(guess=guess)
-        return Outcome(self._last, error == "avoidable", extras={"error": error}, natural=said)
+        self._said = _SAID[self._last].format(guess=guess)
+        return Outcome(
+            self._last, error == "avoidable", extras={"error": error}, natural=self._said
+        )
 
     def _solved(self) -> bool:
         return self._found
