@@ -122,11 +122,8 @@ def test_the_runs_really_learn_something(runs: dict) -> None:
     assert any(not torch.equal(a2[k], a4[k]) for k in a2)
 
 
-def test_resume_reproduces_the_uninterrupted_run(runs: dict) -> None:
-    full, resumed = read_metrics(runs["full"]), read_metrics(runs["part"])
-    # The fake step-3 line is gone and step 3 was replayed: one line per step, in order.
-    assert [m["step"] for m in resumed] == [1, 2, 3, 4]
-    assert resumed[:2] == runs["at_kill"]  # lines from before the checkpoint are kept untouched
+def assert_same_metrics(full: list[dict], resumed: list[dict]) -> None:
+    """Every metric but the timings equal, step by step (NaN where the other is NaN)."""
     for a, b in zip(full, resumed, strict=True):
         assert set(a) == set(b)
         for key in set(a) - TIMING_KEYS:
@@ -137,12 +134,24 @@ def test_resume_reproduces_the_uninterrupted_run(runs: dict) -> None:
                 assert y == pytest.approx(x, abs=1e-6), (a["step"], key, x, y)
 
 
-def test_resumed_adapter_equals_uninterrupted_adapter(runs: dict) -> None:
-    a = load_file(runs["full"] / "checkpoint-4" / ADAPTER)
-    b = load_file(runs["part"] / "checkpoint-4" / ADAPTER)
+def assert_same_adapter(full: Path, resumed: Path) -> None:
+    """The two runs' final adapters hold the same tensors."""
+    a, b = load_file(full / ADAPTER), load_file(resumed / ADAPTER)
     assert a.keys() == b.keys() and len(a) > 0
     for key in a:
         torch.testing.assert_close(b[key], a[key], rtol=0, atol=1e-6)
+
+
+def test_resume_reproduces_the_uninterrupted_run(runs: dict) -> None:
+    full, resumed = read_metrics(runs["full"]), read_metrics(runs["part"])
+    # The fake step-3 line is gone and step 3 was replayed: one line per step, in order.
+    assert [m["step"] for m in resumed] == [1, 2, 3, 4]
+    assert resumed[:2] == runs["at_kill"]  # lines from before the checkpoint are kept untouched
+    assert_same_metrics(full, resumed)
+
+
+def test_resumed_adapter_equals_uninterrupted_adapter(runs: dict) -> None:
+    assert_same_adapter(runs["full"] / "checkpoint-4", runs["part"] / "checkpoint-4")
 
 
 def test_checkpoint_layout_and_safe_loading(runs: dict, quick_tiny_path: str) -> None:
