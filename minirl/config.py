@@ -297,6 +297,13 @@ class TaskArgs:
         "0 for the compact text, 0.1 for the natural one, where a chat model starts with many "
         "invalid replies and this is its first signal (minirl.rewards).",
     )
+    # A negative penalty would reward ignoring the feedback.
+    mistake_penalty: Annotated[float, Range(ge=0)] = HfArg(
+        default=0.0,
+        help="Subtracted per mistake, a turn the state already showed to be wasted (a wall bump, "
+        "a guess the feedback ruled out): from that turn's process reward with --reward_mode "
+        "process, else from the episode reward. 0 (the default) adds nothing (minirl.rewards).",
+    )
 
 
 @dataclass

@@ -37,7 +37,7 @@ from minirl.chat import resolve_task_text
 from minirl.config import Config
 from minirl.engine import DenseDecoder, for_sampling
 from minirl.episode import Episode, EpisodeSpec
-from minirl.rewards import invalid_penalty_for, outcome_rewards, progress_rewards
+from minirl.rewards import invalid_penalty_for, score
 from minirl.rollout import rollout_in_chunks
 
 
@@ -143,7 +143,12 @@ def play(
         task_text=text,
         reuse_cache=g.reuse_kv_cache,
     )
-    rewards = outcome_rewards(episodes, invalid_penalty_for(task.invalid_penalty, text))
+    rewards, turn_rewards = score(
+        episodes,
+        task.reward_mode,
+        invalid_penalty_for(task.invalid_penalty, text),
+        task.mistake_penalty,
+    )
     n = g.num_generations
     return [
         Group(
@@ -151,11 +156,7 @@ def play(
             budget,
             episodes[i * n : (i + 1) * n],
             rewards[i * n : (i + 1) * n],
-            (
-                [progress_rewards(e) for e in episodes[i * n : (i + 1) * n]]
-                if task.reward_mode == "process"
-                else None
-            ),
+            None if turn_rewards is None else turn_rewards[i * n : (i + 1) * n],
         )
         for i, (seed, budget) in enumerate(draws)
     ]

@@ -12,7 +12,19 @@ turn). Training turns each episode into the numbers GRPO compares within a group
 - the **process rewards** of its turns (``reward_mode=process``), ``r_it = (d_before - d_after) /
   d_start``: each turn's progress toward the goal by the oracle's distance, scaled so an
   oracle-optimal successful episode collects exactly 1. This is the "process supervision" arm;
-  minirl.grpo.turn_advantages turns them into per-turn credit.
+  minirl.grpo.turn_advantages turns them into per-turn credit;
+- the **mistake penalty** (``--mistake_penalty``, default 0): subtracted once per turn whose action
+  the state already showed to be wasted (the task's `mistake`: a wall bump, a guess the feedback
+  had ruled out, a cell already known to be a wall). In process mode it is part of that turn's
+  process reward, ``r_it = (d_before - d_after) / d_start - mistake_penalty * mistake_it``, so the
+  credit falls on the turn that ignored the feedback; in outcome mode it is part of ``R_i``.
+
+Why the mistake penalty exists. guess and hilo measure distance as the oracle's worst-case guesses
+left, ceil(log2(m + 1)) for m candidates, which is flat over most single guesses: from [1, 7],
+guessing 7 (consistent with "lower than 8") and guessing 9 (ruled out) both leave the distance at
+3 and earn the same process reward 0. A chat model that has not yet learned to read the feedback
+then sees no difference between the two turns until an episode ends; the penalty gives the turn
+that contradicts what it was told its own, immediate cost.
 
 Both backends (minirl.trainer and minirl.trl_backend) score episodes here and nowhere else.
 """
@@ -35,18 +47,26 @@ def invalid_penalty_for(invalid_penalty: float | None, task_text: str) -> float:
     return FORMAT_PENALTY if task_text == "natural" else 0.0
 
 
-def outcome_rewards(episodes: list[Episode], invalid_penalty: float) -> list[float]:
-    """The outcome reward per episode: 1 for success, minus a penalty per invalid action."""
+def outcome_rewards(
+    episodes: list[Episode], invalid_penalty: float, mistake_penalty: float = 0.0
+) -> list[float]:
+    """The outcome reward per episode: 1 for success, minus a penalty per invalid action and one
+    per mistake (the latter only in outcome mode: process mode puts it in the turn's reward)."""
     return [
-        float(e.success) - invalid_penalty * sum(not t.valid for t in e.turns) for e in episodes
+        float(e.success)
+        - invalid_penalty * sum(not t.valid for t in e.turns)
+        - mistake_penalty * sum(t.mistake for t in e.turns)
+        for e in episodes
     ]
 
 
-def progress_rewards(episode: Episode) -> list[float]:
-    """Per-turn process reward: the drop in oracle distance, as a fraction of the start distance.
+def progress_rewards(episode: Episode, mistake_penalty: float = 0.0) -> list[float]:
+    """Per-turn process reward: the drop in oracle distance, as a fraction of the start distance,
+    minus `mistake_penalty` on a mistake turn.
 
-    A successful oracle-optimal episode collects exactly 1.0 in total; a wall bump collects 0; a
-    move into a deadlock (distance becomes infinite) gives -1, the most a turn can lose.
+    A successful oracle-optimal episode collects exactly 1.0 in total; a wall bump collects
+    -mistake_penalty (0 by default); a move into a deadlock (distance becomes infinite) gives -1,
+    the most a turn can lose, whatever the penalty.
     """
     if not episode.turns:
         return []
@@ -57,5 +77,20 @@ def progress_rewards(episode: Episode) -> list[float]:
         if not math.isfinite(t.distance_after):
             rewards.append(-1.0)
         else:
-            rewards.append((t.distance_before - t.distance_after) / scale)
+            progress = (t.distance_before - t.distance_after) / scale
+            rewards.append(progress - mistake_penalty * t.mistake)
     return rewards
+
+
+def score(
+    episodes: list[Episode], reward_mode: str, invalid_penalty: float, mistake_penalty: float
+) -> tuple[list[float], list[list[float]] | None]:
+    """Each episode's outcome reward and, in process mode, its turns' process rewards.
+
+    The mistake penalty is counted once: in the turn's process reward when there is one (so the
+    credit falls on that turn), else in the outcome reward.
+    """
+    process = reward_mode == "process"
+    outcome = outcome_rewards(episodes, invalid_penalty, 0.0 if process else mistake_penalty)
+    turns = [progress_rewards(e, mistake_penalty) for e in episodes] if process else None
+    return outcome, turns

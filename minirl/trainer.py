@@ -7,7 +7,8 @@ One step of multi-turn GRPO, each part in its own module:
 2. play G = `num_generations` episodes of each instance at its T, all in one batched rollout
    (minirl.rollout);
 3. score them: R_i = success - invalid_penalty * #invalid (outcome; the penalty is the format
-   reward), plus per-turn oracle progress in `process` mode (minirl.rewards); turn the scores
+   reward), plus per-turn oracle progress in `process` mode, less an optional penalty per
+   mistake (minirl.rewards); turn the scores
    into group-normalised advantages on every assistant token (minirl.grpo);
 4. recompute the log-probs of the sampled tokens with gradients (minirl.logprobs) and minimise the
    clipped surrogate (minirl.grpo) for `num_iterations` epochs, one optimizer step each, its

@@ -134,14 +134,17 @@ def episode_dataset(cfg: Config) -> Dataset:
     return Dataset.from_list(rows)
 
 
-def to_trl(episodes: list[Episode], invalid_penalty: float) -> dict[str, list]:
+def to_trl(
+    episodes: list[Episode], invalid_penalty: float, mistake_penalty: float = 0.0
+) -> dict[str, list]:
     """Split each episode into TRL's prompt and completion, with the mask and the extra fields."""
     out: dict[str, list] = {
         key: []
         for key in ("prompt_ids", "completion_ids", "logprobs", "env_mask")
         + ("reward", "success", "turns", "budget", "invalid")
     }
-    rewards = outcome_rewards(episodes, invalid_penalty)
+    # TRL's advantage is per episode (outcome mode only), so the mistake penalty is in R_i.
+    rewards = outcome_rewards(episodes, invalid_penalty, mistake_penalty)
     for episode, reward in zip(episodes, rewards, strict=True):
         # The prompt is everything before the first sampled token; every reply has at least one.
         start = episode.loss_mask.index(1)
@@ -199,7 +202,11 @@ def make_rollout_func(
                 task_text=text,
                 reuse_cache=cfg.grpo.reuse_kv_cache,
             )
-        output = to_trl(episodes, invalid_penalty_for(cfg.task.invalid_penalty, text))
+        output = to_trl(
+            episodes,
+            invalid_penalty_for(cfg.task.invalid_penalty, text),
+            cfg.task.mistake_penalty,
+        )
         check_rollout_output(output, len(prompts))
         return output
 

@@ -343,6 +343,8 @@ REFUSED_FLAGS = {
     "--epsilon_high -1": "--epsilon_high must be >= 0, got -1.0",
     "--invalid_penalty nan": "--invalid_penalty must be a finite number, got nan",
     "--invalid_penalty inf": "--invalid_penalty must be a finite number, got inf",
+    "--mistake_penalty -1": "--mistake_penalty must be >= 0, got -1.0",
+    "--mistake_penalty nan": "--mistake_penalty must be a finite number, got nan",
     "--learning_rate nan": "--learning_rate must be a finite number, got nan",
     "--lora_r 0": "--lora_r must be >= 1, got 0",
     "--seed 99999999999999999999999": "--seed must be in [0, 4294967295], got "

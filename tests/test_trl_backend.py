@@ -72,7 +72,7 @@ def test_episode_splits_into_prompt_and_a_completion_whose_mask_is_the_replies(
 ) -> None:
     _, tok = quick_policy
     episodes = played(quick_policy)
-    out = backend.to_trl(episodes, invalid_penalty=0.5)
+    out = backend.to_trl(episodes, invalid_penalty=0.5, mistake_penalty=0.25)
     backend.check_rollout_output(out, len(episodes))
     for i, ep in enumerate(episodes):
         prompt, completion = out["prompt_ids"][i], out["completion_ids"][i]
@@ -90,7 +90,10 @@ def test_episode_splits_into_prompt_and_a_completion_whose_mask_is_the_replies(
         assert unmasked.count("<|im_start|> user") == ep.turns_used - 1
         assert mask[0] == 1 and sum(mask) == sum(ep.loss_mask)
         invalid = sum(not t.valid for t in ep.turns)
-        assert out["reward"][i] == pytest.approx(float(ep.success) - 0.5 * invalid)
+        mistakes = sum(t.mistake for t in ep.turns)  # TRL's advantage is per episode: in R_i
+        assert out["reward"][i] == pytest.approx(
+            float(ep.success) - 0.5 * invalid - 0.25 * mistakes
+        )
         assert out["turns"][i] == ep.turns_used <= out["budget"][i] == ep.budget
 
 
