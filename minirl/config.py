@@ -145,6 +145,18 @@ class GRPOArgs:
     scale_rewards: Literal["group", "batch", "none"] = HfArg(
         default="group", help="Divide centred rewards by the group std, the batch std, or nothing."
     )
+    step_advantage_w: Annotated[float, Range(ge=0)] = HfArg(
+        default=0.0,
+        help="Weight of GiGPO's step-level advantage (verl-agent's name): each turn also gets its "
+        "discounted return compared with the group's other turns taken in the same state (the "
+        "same actions so far), so the reply, not only its episode, is credited "
+        "(minirl.grpo.step_advantages). 0 (the default) leaves the advantages as they were.",
+    )
+    gamma: Annotated[float, Range(gt=0, le=1)] = HfArg(
+        default=0.95,
+        help="Discount of the step-level returns (only with --step_advantage_w > 0; GiGPO's "
+        "0.95): the same outcome reached in fewer turns is worth more.",
+    )
     temperature: Positive = HfArg(
         default=1.0,
         help="Sampling temperature of rollouts. Measured with smollm2 on guess "
@@ -382,6 +394,11 @@ def validate(cfg: Config) -> None:
         raise ConfigError(
             "--dynamic_sampling replaces tied groups inside minirl's step; TRL's GRPOTrainer "
             "draws its own prompts, so --backend trl cannot express it: use --backend minirl"
+        )
+    if g.backend == "trl" and g.step_advantage_w > 0:
+        raise ConfigError(
+            "--step_advantage_w needs per-turn advantages, which --backend trl cannot express "
+            "(GRPOTrainer gives one advantage per episode); use --backend minirl"
         )
     if g.backend == "trl" and task.reward_mode == "process":
         raise ConfigError(

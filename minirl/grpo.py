@@ -7,7 +7,9 @@
    (``scale_rewards``: the group std, the batch std, or none). There is no value network: the group
    mean is the baseline. Groups whose rewards all tie get A = 0 and teach nothing; we log their
    fraction. An optional process-reward arm (``turn_advantages``) credits each turn with its
-   reward-to-go instead.
+   reward-to-go instead. An optional step-level term (``step_advantages``, GiGPO's
+   group-in-group) adds to each turn the comparison with the other turns of its group that were
+   taken in the same state.
 2. A token-level clipped surrogate against the logprobs stored at sampling time:
    ``rho_t = exp(logp_t - logp_old_t)`` and per-token objective
    ``min(rho_t A_t, clip(rho_t, 1 - eps, 1 + eps_high) A_t)``.
@@ -167,6 +169,66 @@ def turn_advantages(
     return advantages
 
 
+def step_advantages(
+    actions: list[list[str | None]],
+    turn_rewards: list[list[float]] | None,
+    outcome: list[float],
+    num_generations: int,
+    gamma: float = 0.95,
+    eps: float = 1e-4,
+) -> list[list[float]]:
+    """Step-level advantages (GiGPO, verl-agent): compare the turns taken in one state.
+
+    The episode advantage tells a turn how its whole episode did against the group; it cannot say
+    which of the episode's replies made the difference. But the G episodes of a group play the
+    same instance, and a deterministic task brings two episodes to the same state whenever they
+    have taken the same actions so far: at the start, and for as long as their actions agree.
+    Those turns form an *anchor group* (the state's key: the group and the actions before the
+    turn, ``None`` for an invalid reply). Within it each turn's discounted return
+
+        G_it = sum_{t' >= t} gamma^(t' - t) r_it'  +  gamma^(n_i - 1 - t) R_i
+
+    (r: the turn's process reward, 0 without one; R_i: the outcome reward, received at the last
+    turn) differs only by what was done from that state on, so
+
+        A^S_it = (G_it - mean_anchor(G)) / (std_anchor(G) + eps)
+
+    credits the reply itself: after "lower than 8", the episodes that answered 9 against those
+    that answered 4. A turn alone in its state (or in one whose returns tie) gets 0. gamma < 1
+    prefers the shorter way to the same outcome. The trainer adds ``step_advantage_w * A^S`` to
+    the episode (or process) advantage. Returns one list per episode, one value per turn.
+    """
+    if len(actions) != len(outcome):
+        raise ValueError(f"actions has {len(actions)} episodes but outcome has {len(outcome)}")
+    if len(outcome) % num_generations != 0:
+        raise ValueError(
+            f"{len(outcome)} episodes is not divisible by num_generations={num_generations}"
+        )
+    rewards = turn_rewards if turn_rewards is not None else [[0.0] * len(a) for a in actions]
+    returns: list[list[float]] = []
+    for acts, turns, final in zip(actions, rewards, outcome, strict=True):
+        if len(turns) != len(acts):
+            raise ValueError(f"an episode has {len(acts)} actions but {len(turns)} turn rewards")
+        acc, to_go = float(final), []
+        for r in reversed(turns):
+            acc = float(r) + acc  # R_i arrives with the last turn, undiscounted there
+            to_go.append(acc)
+            acc *= gamma
+        returns.append(to_go[::-1])
+
+    anchors: dict[tuple, list[tuple[int, int]]] = {}
+    for i, acts in enumerate(actions):
+        for t in range(len(acts)):
+            anchors.setdefault((i // num_generations, tuple(acts[:t])), []).append((i, t))
+    advantages = [[0.0] * len(acts) for acts in actions]
+    for members in anchors.values():
+        values = [returns[i][t] for i, t in members]
+        mean, std = statistics.fmean(values), _stdev(values)
+        for (i, t), g in zip(members, values, strict=True):
+            advantages[i][t] = (g - mean) / (std + eps) if std > 0 else 0.0
+    return advantages
+
+
 def _stdev(values: list[float]) -> float:
     # Bessel's correction, as _unbiased_std; one value has no spread.
     return statistics.stdev(values) if len(values) > 1 else 0.0
@@ -206,21 +268,37 @@ def token_advantages(
     *,
     turn_rewards: list[list[float]] | None = None,
     turn_index: Tensor | None = None,
+    actions: list[list[str | None]] | None = None,
+    step_advantage_w: float = 0.0,
+    gamma: float = 0.95,
 ) -> tuple[Tensor, float]:
     """Advantages on every token [B, L] (0 off the mask), and the fraction of tied groups.
 
     Outcome mode (``turn_rewards`` is None): each episode's group-normalised advantage on all of
     its assistant tokens. Process mode: each turn's ``turn_advantages`` on that turn's tokens,
-    located by ``turn_index``. Everything is created on ``loss_mask``'s device.
+    located by ``turn_index``. With ``step_advantage_w`` > 0, each turn's tokens also get
+    ``step_advantage_w * step_advantages`` (which needs every episode's ``actions``). Everything
+    is created on ``loss_mask``'s device.
     """
     device = loss_mask.device
     reward_tensor = torch.tensor(rewards, dtype=torch.float32, device=device)
     adv, zero_std = group_advantages(reward_tensor, num_generations, scale_rewards)
-    if turn_rewards is None:
+    if turn_rewards is None and step_advantage_w == 0:
         return trajectory_token_advantages(adv, loss_mask), zero_std
     if turn_index is None:
-        raise ValueError("process advantages need turn_index to place each turn's credit")
-    per_turn = turn_advantages(turn_rewards, rewards, num_generations, scale_rewards)
+        raise ValueError("per-turn advantages need turn_index to place each turn's credit")
+    if step_advantage_w and actions is None:
+        raise ValueError("step advantages need each episode's actions to find its states")
+    if turn_rewards is None:  # the episode's advantage on each of its turns
+        per_turn = [[a] * len(acts) for a, acts in zip(adv.tolist(), actions or [], strict=True)]
+    else:
+        per_turn = turn_advantages(turn_rewards, rewards, num_generations, scale_rewards)
+    if step_advantage_w:
+        steps = step_advantages(actions or [], turn_rewards, rewards, num_generations, gamma)
+        per_turn = [
+            [a + step_advantage_w * s for a, s in zip(ep, st, strict=True)]
+            for ep, st in zip(per_turn, steps, strict=True)
+        ]
     return turn_token_advantages(per_turn, turn_index), zero_std
 
 

@@ -8,8 +8,9 @@ One step of multi-turn GRPO, each part in its own module:
    (minirl.rollout);
 3. score them: R_i = success - invalid_penalty * #invalid (outcome; the penalty is the format
    reward), plus per-turn oracle progress in `process` mode, less an optional penalty per
-   mistake (minirl.rewards); turn the scores
-   into group-normalised advantages on every assistant token (minirl.grpo);
+   mistake (minirl.rewards); turn the scores into group-normalised advantages on every assistant
+   token (minirl.grpo), plus, with `step_advantage_w`, GiGPO's comparison of the turns that
+   were taken in the same state;
 4. recompute the log-probs of the sampled tokens with gradients (minirl.logprobs) and minimise the
    clipped surrogate (minirl.grpo) for `num_iterations` epochs, one optimizer step each, its
    gradient accumulated micro-batch by micro-batch (minirl.update), so memory is bounded by
@@ -178,6 +179,9 @@ def train_step(
             g.scale_rewards,
             turn_rewards=played.turn_rewards,
             turn_index=batch.turn_index,
+            actions=[[t.action for t in e.turns] for e in played.episodes],
+            step_advantage_w=g.step_advantage_w,
+            gamma=g.gamma,
         )
         ref_logps = None
         if g.beta > 0:  # the KL reference: the same model with its adapters switched off

@@ -30,6 +30,10 @@ def test_checks_that_involve_two_fields() -> None:
             Config(grpo=GRPOArgs(backend="trl"), task=TaskArgs(reward_mode="process")),
             "--reward_mode process needs per-turn advantages",
         ),
+        (
+            Config(grpo=GRPOArgs(backend="trl", step_advantage_w=1.0)),
+            "--step_advantage_w needs per-turn advantages",
+        ),
     ]
     for cfg, message in cases:
         with pytest.raises(ConfigError, match=message):

@@ -14,6 +14,7 @@ from minirl.grpo import (
     LOSS_TYPES,
     group_advantages,
     policy_loss,
+    step_advantages,
     token_advantages,
     trajectory_token_advantages,
     turn_advantages,
@@ -104,6 +105,60 @@ def test_turn_advantages_errors() -> None:
         turn_advantages([[1.0]] * 2, [0.0] * 4, 2, "group")
     with pytest.raises(ValueError, match="batch"):
         turn_advantages([[1.0]] * 2, [0.0] * 2, 2, "turn")
+
+
+def test_step_advantages_by_hand() -> None:
+    # One group of three, outcome rewards only, gamma 0.5. Discounted returns: ep0 (8, 9; lost)
+    # [0, 0]; ep1 (8, 4; won) [0.5, 1]; ep2 (5; won) [1]. Anchor states: the start holds every
+    # turn 0 (returns 0, 0.5, 1: mean 0.5, unbiased std 0.5); after "8" holds ep0's and ep1's
+    # turn 1 (0 and 1: mean 0.5, std sqrt(0.5)). ep2 alone has nothing after "5".
+    actions = [["8", "9"], ["8", "4"], ["5"]]
+    out = step_advantages(actions, None, [0.0, 1.0, 1.0], 3, gamma=0.5)
+    half, root = 0.5 + EPS, math.sqrt(0.5) + EPS
+    want = [[-0.5 / half, -0.5 / root], [0.0, 0.5 / root], [0.5 / half]]
+    for got, exp in zip(out, want, strict=True):
+        assert got == pytest.approx(exp, abs=1e-12)
+
+
+def test_step_advantages_with_process_rewards_and_separate_groups() -> None:
+    # Two groups of two. Group 1: the same first action, then 7 (process reward 0.5, won) against
+    # an invalid reply (None, -0.25, lost); gamma 1 so returns are plain sums: ep0 [1.5, 1.5], ep1
+    # [-0.25, -0.25]. Both turns 0 and both turns 1 share a state: deviations +-0.875 with std
+    # 1.2374 (sqrt(2) * 0.875). Group 2 plays the very same actions, but another instance: its
+    # states are its own, and its returns tie, so its advantages are 0.
+    actions = [["8", "7"], ["8", None], ["8", "7"], ["8", None]]
+    turns = [[0.0, 0.5], [0.0, -0.25], [0.0, 0.0], [0.0, 0.0]]
+    out = step_advantages(actions, turns, [1.0, 0.0, 0.0, 0.0], 2, gamma=1.0)
+    a = 0.875 / (math.sqrt(2) * 0.875 + EPS)
+    assert out[0] == pytest.approx([a, a]) and out[1] == pytest.approx([-a, -a])
+    assert out[2] == out[3] == [0.0, 0.0]
+    # Divergent histories are different states, even at the same turn: no comparison at all.
+    assert step_advantages([["1", "2"], ["3", "2"]], None, [1.0, 0.0], 2)[0][1] == 0.0
+    with pytest.raises(ValueError, match="turn rewards"):
+        step_advantages([["1"], ["2"]], [[0.0, 0.0], [0.0]], [0.0, 0.0], 2)
+    with pytest.raises(ValueError, match="divisible"):
+        step_advantages([["1"]] * 3, None, [0.0] * 3, 2)
+
+
+def test_token_advantages_add_the_weighted_step_term() -> None:
+    # Two episodes of one group, two turns each; turn_index puts turn k on tokens of that turn.
+    turn_index = torch.tensor([[-1, 0, 0, -1, 1], [-1, 0, -1, 1, 1]])
+    mask = (turn_index >= 0).long()
+    actions, rewards = [["8", "9"], ["8", "4"]], [0.0, 1.0]
+    plain, _ = token_advantages(rewards, mask, 2, turn_index=turn_index, actions=actions)
+    # Weight 0 is the outcome advantage on every token, exactly as without the option.
+    assert torch.equal(plain, token_advantages(rewards, mask, 2)[0])
+    both, _ = token_advantages(
+        rewards, mask, 2, turn_index=turn_index, actions=actions, step_advantage_w=0.5, gamma=0.9
+    )
+    steps = step_advantages(actions, None, rewards, 2, gamma=0.9)
+    for b in range(2):
+        for k in range(2):
+            on = turn_index[b] == k
+            assert torch.allclose(both[b][on], plain[b][on] + 0.5 * steps[b][k])
+    assert (both[mask == 0] == 0).all()
+    with pytest.raises(ValueError, match="actions"):
+        token_advantages(rewards, mask, 2, turn_index=turn_index, step_advantage_w=1.0)
 
 
 def test_token_broadcast_helpers() -> None:

@@ -345,6 +345,8 @@ REFUSED_FLAGS = {
     "--invalid_penalty inf": "--invalid_penalty must be a finite number, got inf",
     "--mistake_penalty -1": "--mistake_penalty must be >= 0, got -1.0",
     "--mistake_penalty nan": "--mistake_penalty must be a finite number, got nan",
+    "--step_advantage_w -1": "--step_advantage_w must be >= 0, got -1.0",
+    "--gamma 0": "--gamma must be in (0, 1], got 0.0",
     "--learning_rate nan": "--learning_rate must be a finite number, got nan",
     "--lora_r 0": "--lora_r must be >= 1, got 0",
     "--seed 99999999999999999999999": "--seed must be in [0, 4294967295], got "
