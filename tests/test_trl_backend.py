@@ -72,6 +72,8 @@ def test_episode_splits_into_prompt_and_a_completion_whose_mask_is_the_replies(
 ) -> None:
     _, tok = quick_policy
     episodes = played(quick_policy)
+    # The quick policy's few turns here may bump no wall: mark one, so the penalty is checked.
+    episodes[0].turns[0].mistake = True
     out = backend.to_trl(episodes, invalid_penalty=0.5, mistake_penalty=0.25)
     backend.check_rollout_output(out, len(episodes))
     for i, ep in enumerate(episodes):
