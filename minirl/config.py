@@ -82,6 +82,14 @@ class ModelArgs:
     lora_dropout: Annotated[float, Range(ge=0, lt=1)] = HfArg(
         default=0.0, help="LoRA dropout (TRL ModelConfig.lora_dropout)."
     )
+    # Not a TRL field: TRL starts from a PeftModel the user builds; this is that step as a flag.
+    init_adapter: str = HfArg(
+        default="",
+        help="Start from this saved LoRA adapter (a checkpoint directory of an earlier run, e.g. "
+        "runs/smollm2-guess/checkpoint-30) instead of fresh adapters: a curriculum, one task "
+        "after another. Its rank and alpha must be --lora_r and --lora_alpha, its base model "
+        "--model. The before evaluation then scores this adapter, not the bare base.",
+    )
 
 
 @dataclass

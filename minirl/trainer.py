@@ -49,6 +49,7 @@ from minirl.logprobs import bucketed_logps, to_batch
 from minirl.models import load_policy, reference_policy, trainable_parameters
 from minirl.rundir.checkpoint import (
     TrainResult,
+    check_init_adapter,
     check_not_diverged,
     check_output_dir,
     open_run_dir,
@@ -75,6 +76,8 @@ def _train(cfg: Config, progress: bool) -> TrainResult:
     check_trackers(cfg.grpo.report_to, out)  # before the model loads, not after the run
     # The checkpoint to continue from, its flags and step checked before the model loads.
     resume_from = resume_point(existing, cfg) if cfg.grpo.resume else None
+    if cfg.model.init_adapter:  # checked before the base model loads, not after
+        check_init_adapter(cfg.model.init_adapter, cfg.model.lora_r, cfg.model.lora_alpha)
     torch.manual_seed(cfg.grpo.seed)
     rng = random.Random(cfg.grpo.seed)
     model, tokenizer = load_policy(
@@ -83,6 +86,7 @@ def _train(cfg: Config, progress: bool) -> TrainResult:
         cfg.model.lora_r,
         cfg.model.lora_alpha,
         cfg.model.lora_dropout,
+        adapter=cfg.model.init_adapter or None,
         task=cfg.task.task,
         gradient_checkpointing=cfg.grpo.gradient_checkpointing,
         dtype=cfg.model.dtype,

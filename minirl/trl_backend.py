@@ -56,6 +56,7 @@ from minirl.rewards import invalid_penalty_for, outcome_rewards
 from minirl.rollout import rollout_in_chunks
 from minirl.rundir.checkpoint import (
     TrainResult,
+    check_init_adapter,
     check_not_diverged,
     check_output_dir,
     metrics_up_to,
@@ -119,7 +120,8 @@ MAPPING: dict[str, str] = {
     "TRL 1.16 defaults to True (DeepSeek-V3.2's unbiased KL gradient); it changes the loss only "
     "when beta > 0.",
     "(adapter dtype)": "fp32, as minirl.models makes them: GRPOTrainer casts a quantized "
-    "model's LoRA weights to bf16, and build_trainer casts them back.",
+    "model's LoRA weights to bf16, and build_trainer puts the exact fp32 values back (a cast "
+    "back would keep bf16's rounding, which would move an --init_adapter).",
 }
 
 
@@ -353,6 +355,9 @@ def build_trainer(
 ) -> GRPOTrainer:
     """A GRPOTrainer wired to minirl's rollout, reward and config; `model` is a peft model."""
     args = grpo_config(cfg, output_dir, process_state().num_processes, progress)
+    # The adapters' exact fp32 values, to put back below: casting TRL's bf16 copies back to fp32
+    # would keep bf16's rounding (up to 1/256 of each weight), which moves an --init_adapter.
+    exact = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
     with warnings.catch_warnings():  # TRL warns that rollout_func is experimental; we know
         warnings.filterwarnings("ignore", message=".*rollout_func.*experimental")
         trainer = GRPOTrainer(
@@ -364,11 +369,11 @@ def build_trainer(
             rollout_func=make_rollout_func(cfg, tokenizer),
         )
     # TRL casts the adapters of a quantized model to bf16 (QLoRA's advice); minirl keeps peft's
-    # fp32 adapters. Cast back, before train() builds the optimizer, so both backends train the
+    # fp32 adapters. Put them back, before train() builds the optimizer, so both backends train the
     # same parameters: bf16 weights would also round away AdamW steps below 1/256 of a weight.
-    for param in model.parameters():
+    for name, param in model.named_parameters():
         if param.requires_grad:
-            param.data = param.data.float()
+            param.data = exact[name] if name in exact else param.data.float()
     return trainer
 
 
@@ -387,6 +392,8 @@ def _train_trl(cfg: Config, state: PartialState, progress: bool) -> TrainResult:
     existing = check_output_dir(out, cfg)
     check_trackers(cfg.grpo.report_to, out)  # before the model loads, not after the run
     resume_from = resume_point(existing, cfg) if cfg.grpo.resume else None
+    if cfg.model.init_adapter:  # checked before the base model loads, not after
+        check_init_adapter(cfg.model.init_adapter, cfg.model.lora_r, cfg.model.lora_alpha)
     torch.manual_seed(cfg.grpo.seed)
     model, tokenizer = load_policy(
         cfg.model.model,
@@ -396,6 +403,7 @@ def _train_trl(cfg: Config, state: PartialState, progress: bool) -> TrainResult:
         cfg.model.lora_dropout,
         # Each process puts its copy on its own GPU (accelerate sets LOCAL_RANK).
         device=state.device,
+        adapter=cfg.model.init_adapter or None,
         task=cfg.task.task,
         gradient_checkpointing=cfg.grpo.gradient_checkpointing,
         dtype=cfg.model.dtype,

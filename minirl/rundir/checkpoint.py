@@ -47,7 +47,7 @@ from safetensors.torch import load_file
 
 from minirl.config import Config
 from minirl.infra.errors import CheckpointError, ConfigError, DataError, RunError
-from minirl.infra.readback import parse_json, read_json
+from minirl.infra.readback import parse_json, read_json, shown
 
 try:
     import fcntl  # POSIX: Linux and macOS, where minirl runs
@@ -163,6 +163,30 @@ def read_adapter(path: Path) -> dict[str, torch.Tensor]:
     if problem:
         raise CheckpointError(f"{path} holds unusable weights: {problem}")
     return tensors
+
+
+def check_init_adapter(path: str, lora_r: int, lora_alpha: int) -> None:
+    """--init_adapter: readable, sane weights of the run's rank and alpha (else CheckpointError).
+
+    peft builds a loaded adapter from its own adapter_config.json, so a rank other than --lora_r
+    would train silently at the other rank; refused here, before the base model loads.
+    """
+    where = Path(path)
+    if not where.is_dir():
+        raise CheckpointError(f"--init_adapter {path}: no such directory")
+    read_adapter(where)  # the files are there, parse, and hold finite, sane weights
+    conf = read_json(where / "adapter_config.json")
+    for key, want, flag in (("r", lora_r, "--lora_r"), ("lora_alpha", lora_alpha, "--lora_alpha")):
+        got = conf.get(key) if isinstance(conf, dict) else None
+        if type(got) is not int or got < 1:
+            raise CheckpointError(
+                f"--init_adapter {path}: adapter_config.json has no usable {key!r} ({shown(got)})"
+            )
+        if got != want:
+            raise CheckpointError(
+                f"--init_adapter {path} was trained with {key} {got}, this run has {flag} {want}: "
+                f"pass {flag} {got}"
+            )
 
 
 def read_meta(path: Path) -> dict:
