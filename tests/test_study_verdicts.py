@@ -25,10 +25,13 @@ def test_each_rule_separates_the_truth_it_names_from_the_others() -> None:
     def row(world: str, arm: str, rule: str):
         return rates.row(world, arm, rule)
 
-    # No recovery skill, whatever the gain depends on: no verdict, and no bias beyond noise.
+    # No recovery skill, whatever the gain depends on: no verdict at the family's level (|z| < 3
+    # is p > 0.0027, above Holm's strictest step for 20 tests, 0.0025), and no bias beyond noise.
+    # At the unadjusted 0.05 a no-effect test errs up to 7% of the time (fog, 100 studies each:
+    # python -m minirl.study.validate --reps 100), so one of the 4 studies may.
     for arm in ("single-step", "front-loaded", "patient"):
         r = row("deficit", arm, "recovery")
-        assert r.wrong == 0 and abs(r.mean_z) < 1.5, arm
+        assert r.wrong <= 1 and max(map(abs, r.z)) < 3 and abs(r.mean_z) < 1.5, arm
     # The skill is found at Bonferroni's level, in the deficit world and as an unstuck policy.
     assert row("deficit", "recovery", "recovery").right >= 2
     assert row("sticky", "unstuck", "recovery").mean_z > 1.5

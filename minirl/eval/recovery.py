@@ -28,7 +28,7 @@ checkpoint in the *same* states.
    first. Exact matching on instance as well is impossible on gridnav: an error-free prefix of
    j - 1 actions is at distance L - j + 1 from the goal, and a post-error state at the same turn
    is one or two steps farther, so matches come from other instances with the same key: those
-   whose base failure rate is closest (errors come more often from hard instances, and a gain
+   whose base error rate per turn is closest (errors come more often from hard instances, and a gain
    that is larger on hard instances would otherwise pass for recovery). A post-error state with
    no match leaves the comparison (the report counts them).
 4. Measures. Every checkpoint samples its next action in every post-error state and every
@@ -88,7 +88,7 @@ def match(
     """For each (instance, key) of `post`, up to `per_state` indices into `fresh` with its key.
 
     Fresh states of the same instance come first; then those of the instances closest in
-    `hardness` (the base's failure rate on the instance, so that a post-error state, which
+    `hardness` (the base's error rate on the instance, so that a post-error state, which
     comes more often from a hard instance, is not compared with easy ones); ties keep `fresh`'s
     order (the caller shuffles it once with its own seed). A fresh state may serve several
     post-error states.
@@ -108,12 +108,23 @@ def match(
     return found
 
 
-def hardness(episodes: list[Episode]) -> dict[int, float]:
-    """Each instance's failure rate among the base's episodes (the matching's tie-breaker)."""
-    runs: dict[int, list[bool]] = {}
+def hardness(turns: dict[int, list[bool]]) -> dict[int, float]:
+    """Each instance's share of non-optimal actions over every turn of the base's episodes.
+
+    The matching's tie-breaker, keyed by instance (seed). Per turn, not per episode: an instance's
+    8 or so episodes give 30 to 60 turns, so hard instances are told apart from easy ones far more
+    surely than by their few successes (a noisy measure leaves the matched instances easier than
+    the post-error states' own, and a gain on hard instances then passes for recovery).
+    """
+    return {seed: 1 - sum(flags) / len(flags) for seed, flags in turns.items() if flags}
+
+
+def turn_flags(episodes: list[Episode]) -> dict[int, list[bool]]:
+    """Per instance, whether each turn of each of its episodes was oracle-optimal."""
+    flags: dict[int, list[bool]] = {}
     for e in episodes:
-        runs.setdefault(e.seed, []).append(not e.success)
-    return {seed: sum(v) / len(v) for seed, v in runs.items()}
+        flags.setdefault(e.seed, []).extend(t.optimal for t in e.turns)
+    return flags
 
 
 def error_kind(episode: Episode, j: int, task_text: str = "compact") -> str:
@@ -186,7 +197,7 @@ def recovery_states(
     states = [state_at(e, j + i - 1) for e, j, i in candidates]
     post_covariates = [covariates(s, task_text) for s in states]
     keys = [(s.seed, match_key(**c)) for s, c in zip(states, post_covariates, strict=True)]
-    found = match(keys, fresh, per_state, hardness(episodes))
+    found = match(keys, fresh, per_state, hardness(turn_flags(episodes)))
     picks = pick(found, count, rng)
     chosen = sorted({i for k in picks for i in found[k]})
     index = {i: n for n, i in enumerate(chosen)}

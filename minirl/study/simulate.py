@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 
 import tasks
 from minirl.eval.passkt import Cell
-from minirl.eval.recovery import match, match_key, pick
+from minirl.eval.recovery import hardness, match, match_key, pick
 from minirl.eval.results import (
     Analysis,
     CheckpointResult,
@@ -340,10 +340,9 @@ def fixed_states(
         [(s, match_key(**c)) for (s, *_), c in zip(post, post_cov, strict=True)],
         [(s, match_key(**c)) for (s, _), c in zip(pool, pool_cov, strict=True)],
         matches,
-        {
-            s: sum(e.success_turn is None for e in r) / len(r)
-            for s, r in zip(seeds, played, strict=True)
-        },
+        hardness(
+            {s: [ok for e in r for ok in e.optimal] for s, r in zip(seeds, played, strict=True)}
+        ),
     )
     picks = pick(found, post_states, rng)
     chosen = sorted({i for k in picks for i in found[k]})
