@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 import train
-from minirl.config import validate
+from minirl.config import Config, validate
 from minirl.infra.errors import ConfigError
+from minirl.models import load_policy
 from minirl.trainer import train as run_training
 
 RECIPES = sorted((Path(__file__).resolve().parents[1] / "tutorials" / "recipes").glob("*.yaml"))
@@ -56,6 +57,10 @@ def test_recipe_loads_validates_and_trains_a_step(
     # the step's code does not depend on how well the base plays. Nothing here asserted the full
     # bases' quality; test_tiny and test_hidden_tasks do, for gridnav and house.
     model = ["--model", quick_base(cfg.task.task)] if cfg.model.model == "tiny" else []
+    if cfg.model.init_adapter:
+        # A curriculum recipe starts from an earlier recipe's adapter, which no test trains for
+        # real: fresh adapters of the same model, rank and alpha stand in, saved as peft saves.
+        model += ["--init_adapter", fresh_adapter(cfg, model, tmp_path / "start")]
     toy = train.parse(
         ["--config", str(recipe), *TOY, "--output_dir", str(tmp_path / "run"), "--budget", "2"]
         + ["--budget_min", "2", "--budget_max", "2", *model]
@@ -65,7 +70,24 @@ def test_recipe_loads_validates_and_trains_a_step(
     assert (tmp_path / "run" / "metrics.jsonl").exists()
 
 
-SMOLLM2 = [p for p in RECIPES if p.stem.startswith("smollm2-")]
+def fresh_adapter(cfg: Config, model: list[str], where: Path) -> str:
+    """Untrained LoRA adapters for the recipe's model (or the quick base in `model`), saved."""
+    name = model[1] if model else cfg.model.model
+    policy, _ = load_policy(
+        name, "none", cfg.model.lora_r, cfg.model.lora_alpha, task=cfg.task.task
+    )
+    policy.save_pretrained(where)
+    return str(where)
+
+
+# The TRL backend's step is checked on each chat-model recipe that starts from fresh adapters; a
+# curriculum recipe's settings are its first recipe's, and tests/test_init_adapter.py checks
+# that the TRL backend starts from the adapter it is given.
+SMOLLM2 = [
+    p
+    for p in RECIPES
+    if p.stem.startswith("smollm2-") and not train.parse(["--config", str(p)]).model.init_adapter
+]
 
 
 @pytest.mark.slow
