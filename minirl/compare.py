@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import time
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
@@ -285,6 +286,7 @@ def fixed_states(args: EvalArgs, seeds: list[int], meta: EvalMeta) -> FixedState
         {"seed": s.seed, "replies": list(s.replies), **c}
         for s, c in zip(fixed.matched, fixed.matched_covariates, strict=True)
     ]
+    meta.base_error_rate = [fixed.hardness.get(s, math.nan) for s in seeds]
     return FixedStates(fresh, fixed)
 
 

@@ -106,6 +106,11 @@ def test_post_error_states_follow_the_first_error_and_their_matches_share_their_
     again = recovery_states(episodes, 40, seed=1, horizon=2, per_state=3)
     assert (fixed.post, fixed.kinds, fixed.matches) == (again.post, again.kinds, again.matches)
     assert len(fixed.post) == 40 and set(fixed.kinds) <= set(KINDS) and set(fixed.after) == {1, 2}
+    # Each instance's error rate per turn over every turn of its episodes (what the study splits
+    # instances by), counted here from the episodes themselves.
+    for seed in {e.seed for e in episodes}:
+        turns = [t.optimal for e in episodes if e.seed == seed for t in e.turns]
+        assert fixed.hardness[seed] == pytest.approx(turns.count(False) / len(turns))
     for state, kind, after, found in zip(
         fixed.post, fixed.kinds, fixed.after, fixed.matches, strict=True
     ):

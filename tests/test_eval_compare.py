@@ -148,6 +148,10 @@ def test_every_checkpoint_is_judged_on_the_same_states(
     # The post-error states are the base's, whoever else is compared, and so is recovery from them.
     assert both.meta.post_error_states == alone.meta.post_error_states
     assert 0 < len(both.meta.post_error_states) <= 6
+    # So is each instance's error rate per turn in the base's episodes (the study's split).
+    assert both.meta.base_error_rate == alone.meta.base_error_rate
+    assert len(both.meta.base_error_rate) == 4
+    assert all(0 <= r <= 1 for r in both.meta.base_error_rate)
     recovered = both.checkpoints["adapter0"].analysis.from_errors
     assert recovered == alone.checkpoints["adapter0"].analysis.from_errors
     assert recovered is not None and len(recovered.optimal_counts) == len(

@@ -157,6 +157,8 @@ class RecoveryStates:
     matched: list[EpisodeSpec] = field(default_factory=list)  # fresh states matched to them
     matched_covariates: list[dict] = field(default_factory=list)
     matches: list[list[int]] = field(default_factory=list)  # per post state: into `matched`
+    # Per instance (seed): the base's share of non-optimal actions in these episodes (`hardness`)
+    hardness: dict[int, float] = field(default_factory=dict)
 
 
 def pick(found: list[list[int]], count: int, rng: random.Random) -> list[int]:
@@ -197,7 +199,8 @@ def recovery_states(
     states = [state_at(e, j + i - 1) for e, j, i in candidates]
     post_covariates = [covariates(s, task_text) for s in states]
     keys = [(s.seed, match_key(**c)) for s, c in zip(states, post_covariates, strict=True)]
-    found = match(keys, fresh, per_state, hardness(turn_flags(episodes)))
+    error_rate = hardness(turn_flags(episodes))
+    found = match(keys, fresh, per_state, error_rate)
     picks = pick(found, count, rng)
     chosen = sorted({i for k in picks for i in found[k]})
     index = {i: n for n, i in enumerate(chosen)}
@@ -209,6 +212,7 @@ def recovery_states(
         matched=[state_at(*pool[i]) for i in chosen],
         matched_covariates=[pool_covariates[i] for i in chosen],
         matches=[[index[i] for i in found[k]] for k in picks],
+        hardness=error_rate,
     )
 
 

@@ -141,6 +141,10 @@ class EvalMeta:
     decision_states: list[dict] = field(default_factory=list)  # fresh, drawn at random
     post_error_states: list[dict] = field(default_factory=list)
     matched_states: list[dict] = field(default_factory=list)  # fresh, matched to post-error
+    # Per instance (in `seeds`' order): base's share of non-optimal actions over every turn of
+    # the episodes the fixed states come from (30 to 60 turns an instance); the study splits the
+    # instances into an easier and a harder half by it. Empty in files older than it.
+    base_error_rate: list[float | None] = field(default_factory=list)
     decision_samples: int = 0  # samples per fixed state and checkpoint
     task_text: str = "compact"  # the tasks' text (tasks.TEXTS); files older than it were compact
 

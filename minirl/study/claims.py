@@ -15,7 +15,7 @@ alike. The rules:
    a real need for turns, and plain compounding (a better single step is worth more over more
    turns). The null removes the second. Its simulated base (minirl.study.simulate) plays the
    real task with base's measured optimal rates per turn, fresh and after an error, on the
-   easier and the harder half of the instances (by base's own success), repeats an error as
+   easier and the harder half of the instances (by base's error rate per turn), repeats an error as
    often as base did beyond chance (`repeat_rate`), and has one log-odds level fitted so that
    its mean Pass@(1,T) over T is base's; the arm's null adds the arm's measured single-step
    gains per turn and half (on every fresh state, random and matched).

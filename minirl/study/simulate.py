@@ -320,9 +320,10 @@ def fixed_states(
     matches: int,
     rng: random.Random,
     stream: int,
-) -> tuple[list[dict], list[dict], list[dict]]:
+) -> tuple[list[dict], list[dict], list[dict], list[float]]:
     """The fixed states, drawn from base episodes as minirl.compare draws them: random fresh
-    states, post-error states at positions 1..recovery_horizon, and their matched fresh states."""
+    states, post-error states at positions 1..recovery_horizon, and their matched fresh states;
+    and base's error rate per turn on each instance in these episodes (EvalMeta.base_error_rate)."""
     played = episodes(task, seeds, base, horizon_t, state_episodes, stream=stream)
     pool, post = [], []
     for s, row in zip(seeds, played, strict=True):
@@ -336,13 +337,14 @@ def fixed_states(
     rng.shuffle(pool)
     pool_cov = [_covariates(task, s, a) for s, a in pool]
     post_cov = [_covariates(task, s, a) for s, a, _, _ in post]
+    error_rate = hardness(
+        {s: [ok for e in r for ok in e.optimal] for s, r in zip(seeds, played, strict=True)}
+    )
     found = match(
         [(s, match_key(**c)) for (s, *_), c in zip(post, post_cov, strict=True)],
         [(s, match_key(**c)) for (s, _), c in zip(pool, pool_cov, strict=True)],
         matches,
-        hardness(
-            {s: [ok for e in r for ok in e.optimal] for s, r in zip(seeds, played, strict=True)}
-        ),
+        error_rate,
     )
     picks = pick(found, post_states, rng)
     chosen = sorted({i for k in picks for i in found[k]})
@@ -363,7 +365,7 @@ def fixed_states(
         for k in picks
     ]
     matched = [state(*pool[i], pool_cov[i]) for i in chosen]
-    return decision, post_error, matched
+    return decision, post_error, matched, [error_rate[s] for s in seeds]
 
 
 def sim_results(
@@ -396,7 +398,7 @@ def sim_results(
     rng = random.Random(f"sim/{task}/{seed}")
     seeds = list(tasks.EVAL_SEEDS[:instances])
     horizon = max(ts)
-    decision, post, matched = fixed_states(
+    decision, post, matched, error_rate = fixed_states(
         task,
         arms["base"],
         seeds,
@@ -432,6 +434,7 @@ def sim_results(
         decision_states=decision,
         post_error_states=post,
         matched_states=matched,
+        base_error_rate=error_rate,
         decision_samples=samples,
     )
     study = SimStudy(EvalResults(meta))
