@@ -41,7 +41,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 import tasks
 from minirl.chat import budget_text, encode_conversation
 from minirl.config import MAX_TURNS
-from minirl.infra.model_cache import cache_root, write_directory_atomically
+from minirl.infra.model_cache import build_lock, cache_root, write_directory_atomically
 from minirl.infra.progress import progress_bar
 
 CHATML_TEMPLATE = (
@@ -408,8 +408,19 @@ def ensure_tiny(recipe: TinyRecipe | None = None, progress: bool = True) -> Buil
     """Return the cached tiny base for this recipe, building it first if it is missing."""
     recipe = recipe or TinyRecipe()
     target = cache_root() / f"tiny-{recipe.key()}"
-    if (target / "config.json").exists() and (target / "recipe.json").exists():
+    if _built(target):
         return BuildReport(target, built=False)
+    with build_lock(target):
+        if _built(target):  # another process built it while this one waited
+            return BuildReport(target, built=False)
+        return _build(recipe, target, progress)
+
+
+def _built(target: Path) -> bool:
+    return (target / "config.json").exists() and (target / "recipe.json").exists()
+
+
+def _build(recipe: TinyRecipe, target: Path, progress: bool) -> BuildReport:
     start = time.perf_counter()
     rng = random.Random(recipe.seed)
     # The build seeds torch's global generator; fork it, so that a run which builds its base

@@ -43,6 +43,33 @@ def test_build_is_deterministic_and_cached(tmp_path: Path) -> None:
     assert not list((tmp_path / "a").glob("*.tmp*")), "no half-written build left behind"
 
 
+def test_two_processes_that_need_the_same_base_build_it_once(tmp_path: Path) -> None:
+    """Started together (two runs, the suite's two workers), one builds and the other waits on
+    the build lock and loads the result: exactly one of them reports a build."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "from minirl.tiny import TinyRecipe, ensure_tiny\n"
+        "r = ensure_tiny(TinyRecipe(max_steps=3, batch_size=4, warmup_steps=1), progress=False)\n"
+        "print(r.built, r.path)"
+    )
+    env = {**os.environ, "MINIRL_CACHE": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    both = [
+        subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    said = sorted(p.communicate(timeout=300)[0].split() for p in both)
+    assert [p.returncode for p in both] == [0, 0]
+    assert [built for built, _ in said] == ["False", "True"]
+    assert said[0][1] == said[1][1] == str(tmp_path / f"tiny-{SMALL.key()}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        f"tiny-{SMALL.key()}",
+        f"tiny-{SMALL.key()}.lock",
+    ]
+
+
 def test_building_a_base_leaves_the_callers_random_stream_alone(tmp_path: Path) -> None:
     """A run that builds its base must sample what a run that finds it cached samples."""
     import torch

@@ -35,7 +35,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
 from minirl.infra.errors import ModelLoadError
-from minirl.infra.model_cache import cache_root, write_directory_atomically
+from minirl.infra.model_cache import build_lock, cache_root, write_directory_atomically
 
 NAME = "smollm2"
 END_OF_TURN = "<|im_end|>"  # what SmolLM2's chat template ends each message with
@@ -122,6 +122,9 @@ def ensure_smollm2() -> Conversion:
     target = cache_root() / f"{NAME}-{cache_key(gguf)}"
     if (target / "config.json").exists():
         return Conversion(target, converted=False)
-    start = time.perf_counter()
-    convert(gguf, target)
-    return Conversion(target, converted=True, seconds=time.perf_counter() - start)
+    with build_lock(target):
+        if (target / "config.json").exists():  # converted by another process meanwhile
+            return Conversion(target, converted=False)
+        start = time.perf_counter()
+        convert(gguf, target)
+        return Conversion(target, converted=True, seconds=time.perf_counter() - start)
