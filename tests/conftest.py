@@ -4,19 +4,76 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 
 import pytest
-import torch
+
+# Under pytest-xdist (the README's `-n 2`) the cores are shared by the workers: each gets its share
+# of torch threads, and so do the scripts and notebook kernels it starts (OMP_NUM_THREADS is read
+# when torch is imported, hence before the import). Small models gain little from a second thread:
+# the whole suite in one process kept 1.44 of this machine's 2 cores busy.
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+THREADS = max(1, min(2, os.cpu_count() or 1) // WORKERS)
+if WORKERS > 1:
+    os.environ["OMP_NUM_THREADS"] = str(THREADS)
+
+import torch  # noqa: E402
 
 # A barely trained tiny base builds in seconds; tests of masks, log-probs and batching need real
 # weights and a real tokenizer, not a good policy.
 QUICK_STEPS = 4
 
 
+# The tests that take a minute or more (the lessons' notebooks, the documents, the `slow` ones).
+LONG = ("test_lesson_notebook_runs", "test_document_runs")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """On several workers, the long tests first: xdist hands out tests two at a time as workers
+    free up (pyproject.toml's --maxschedchunk), so the long ones are shared between the workers
+    and the suite does not end waiting on one of them."""
+    if WORKERS > 1:
+        items.sort(key=lambda i: not (i.get_closest_marker("slow") or i.originalname in LONG))
+
+
+# The full-size bases the suite loads (the tests of base quality, the lessons, the README's run):
+# a minute or two each to build into an empty $MINIRL_CACHE, as CI's is. gridnav's first: most
+# tests that need a full-size base need that one.
+SUITE_BASES = (("gridnav", "uniform"), ("gridnav", "sticky"), ("house", "uniform"))
+BUILDERS = pytest.StashKey[list[subprocess.Popen]]()
+BUILD = (
+    "from minirl.tiny import TinyRecipe, ensure_tiny\n"
+    f"for task, how in {SUITE_BASES!r}:\n"
+    "    ensure_tiny(TinyRecipe.for_task(task, how), progress=False)\n"
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """When the whole suite runs, start building its full-size bases at once, one after another
+    in a background process of one thread: they are built while other tests run, and a test
+    that needs one before it is done waits on its build lock (minirl.infra.model_cache) instead
+    of building it again. Bases already in the cache are found in a second. Not in xdist's
+    workers (the controller starts the builder once) and not for a chosen file or test, which
+    may need none of them."""
+    whole = config.args_source is pytest.Config.ArgsSource.TESTPATHS
+    if hasattr(config, "workerinput") or not whole or config.option.collectonly:
+        return
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    config.stash[BUILDERS] = [subprocess.Popen([sys.executable, "-c", BUILD], env=env)]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for builder in config.stash.get(BUILDERS, []):
+        if builder.poll() is None:  # a run stopped early: its build is not needed
+            builder.terminate()
+        builder.wait()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _threads() -> None:
-    torch.set_num_threads(min(2, os.cpu_count() or 1))
+    torch.set_num_threads(THREADS)
 
 
 @pytest.fixture(scope="session")

