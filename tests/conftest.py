@@ -42,7 +42,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 # a minute or two each to build into an empty $MINIRL_CACHE, as CI's is. gridnav's first: most
 # tests that need a full-size base need that one.
 SUITE_BASES = (("gridnav", "uniform"), ("gridnav", "sticky"), ("house", "uniform"))
-BUILDERS = pytest.StashKey[list[subprocess.Popen]]()
+BUILDER = pytest.StashKey[subprocess.Popen]()
 BUILD = (
     "from minirl.tiny import TinyRecipe, ensure_tiny\n"
     f"for task, how in {SUITE_BASES!r}:\n"
@@ -51,24 +51,26 @@ BUILD = (
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """When the whole suite runs, start building its full-size bases at once, one after another
-    in a background process of one thread: they are built while other tests run, and a test
-    that needs one before it is done waits on its build lock (minirl.infra.model_cache) instead
-    of building it again. Bases already in the cache are found in a second. Not in xdist's
-    workers (the controller starts the builder once) and not for a chosen file or test, which
-    may need none of them."""
+    """When the whole suite runs, start building its full-size bases as it starts, one after
+    another in a background process of one thread: they are built while other tests run, and a
+    test that needs one before it is done waits on its build lock (minirl.infra.model_cache)
+    instead of building it again. Bases already in the cache are found in a second. Not in
+    xdist's workers (the controller starts the builder once) and not for a chosen file or test,
+    which may need none of them."""
     whole = config.args_source is pytest.Config.ArgsSource.TESTPATHS
     if hasattr(config, "workerinput") or not whole or config.option.collectonly:
         return
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    config.stash[BUILDERS] = [subprocess.Popen([sys.executable, "-c", BUILD], env=env)]
+    config.stash[BUILDER] = subprocess.Popen([sys.executable, "-c", BUILD], env=env)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    for builder in config.stash.get(BUILDERS, []):
-        if builder.poll() is None:  # a run stopped early: its build is not needed
-            builder.terminate()
-        builder.wait()
+    builder = config.stash.get(BUILDER, None)
+    if builder is None:
+        return
+    if builder.poll() is None:  # the run stopped early: its builds are not needed
+        builder.terminate()
+    builder.wait()
 
 
 @pytest.fixture(scope="session", autouse=True)
