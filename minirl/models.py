@@ -35,10 +35,10 @@ from transformers import (
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
-from transformers.utils import logging as hf_logging
 
 from minirl.chat import word_level
 from minirl.infra.errors import CheckpointError, ModelLoadError
+from minirl.infra.progress import without_library_bars
 from minirl.infra.validation import MODEL_CHOICES, TINY_MODELS, check_model
 
 QUANT_CHOICES = ("nf4", "none")
@@ -170,14 +170,11 @@ def load_base(
     if quant not in QUANT_CHOICES:
         raise ModelLoadError(f"--quant {quant!r}: valid choices are {', '.join(QUANT_CHOICES)}")
     device = device or default_device()
-    hf_logging.disable_progress_bar()
     try:
-        with quiet_hub():
+        with quiet_hub(), without_library_bars():
             model = AutoModelForCausalLM.from_pretrained(path, **load_kwargs(quant, device, dtype))
     except (OSError, ValueError, KeyError) as err:  # unreachable, or not a causal LM's files
         raise hub_error(path, err) from err
-    finally:
-        hf_logging.enable_progress_bar()
     if quant == "none":
         model.to(device)
     else:

