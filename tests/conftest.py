@@ -28,14 +28,36 @@ QUICK_STEPS = 4
 
 # The tests that take a minute or more (the lessons' notebooks, the documents, the `slow` ones).
 LONG = ("test_lesson_notebook_runs", "test_document_runs")
+# Which of them need which of the full-size bases below (SUITE_BASES), which the background
+# builder finishes in its order: the long tests that need none go first, while it builds gridnav.
+NEEDS_NO_BASE = (
+    "09_real_chat_model",  # smollm2 only
+    "test_study_verdicts.py",  # simulated policies
+    "test_study_run.py",  # its own quick base
+    "test_tools_step_memory.py",  # the quick base
+    "test_checkpoint.py",  # the quick base
+)
+NEEDS_LATER_BASE = {"07_reading_the_study": 2, "test_house_base": 3}  # gridnav-sticky, house
+
+
+def hand_out_rank(item: pytest.Item) -> int:
+    """Where a test goes in the hand-out: 0 long and needing no full-size base, 1 long and
+    needing gridnav's (or whatever else), 2 and 3 long and needing the later bases, 4 the rest."""
+    if not (item.get_closest_marker("slow") or item.originalname in LONG):
+        return 4
+    if any(name in item.nodeid for name in NEEDS_NO_BASE):
+        return 0
+    return next((rank for name, rank in NEEDS_LATER_BASE.items() if name in item.nodeid), 1)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """On several workers, the long tests first: xdist hands out tests two at a time as workers
     free up (pyproject.toml's --maxschedchunk), so the long ones are shared between the workers
-    and the suite does not end waiting on one of them."""
+    and the suite does not end waiting on one of them. Among them, those that need no full-size
+    base go first, so that no worker sits waiting for the first build (measured at b97445b: both
+    workers waited about two minutes for gridnav's, with one core idle)."""
     if WORKERS > 1:
-        items.sort(key=lambda i: not (i.get_closest_marker("slow") or i.originalname in LONG))
+        items.sort(key=hand_out_rank)
 
 
 # The full-size bases the suite loads (the tests of base quality, the lessons, the README's run):
