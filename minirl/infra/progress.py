@@ -39,7 +39,6 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 from rich.text import Text
-from transformers.utils import logging as hf_logging
 
 # Jupyter's kernel launcher sets JPY_PARENT_PID in the kernel's environment, which `!` commands
 # inherit; JPY_SESSION_NAME comes from jupyter_server and COLAB_RELEASE_TAG from Colab's runtime.
@@ -98,6 +97,10 @@ class LineProgress(Progress):
 def without_library_bars() -> Iterator[None]:
     """transformers' own tqdm bars off for the block ("Loading weights", "Writing model shards"),
     back on after it: a second bar beside minirl's, or in a background build's log, is noise."""
+    # Imported here, not at the top: in a notebook kernel, importing transformers imports
+    # tqdm.auto, which warns about ipywidgets, and this module is the one a kernel loads first.
+    from transformers.utils import logging as hf_logging
+
     hf_logging.disable_progress_bar()
     try:
         yield
