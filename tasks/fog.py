@@ -50,10 +50,19 @@ def optimistic_distances(size: int, known: frozenset[Cell], goal: Cell) -> dict[
 
 def oracle_moves(size: int, known: frozenset[Cell], goal: Cell, pos: Cell) -> set[str]:
     """The moves that lower the optimistic distance by one (the belief-state oracle)."""
+    return set(_oracle_moves(size, known, goal, pos))  # a copy: the cached set stays as it is
+
+
+# Bounded like _distances. A step asks the oracle twice (the optimal flag, and the caller's own
+# question before it), and the study's simulations replay the same states thousands of times.
+@lru_cache(maxsize=65536)
+def _oracle_moves(size: int, known: frozenset[Cell], goal: Cell, pos: Cell) -> frozenset[str]:
     dist = _distances(size, known, goal)
     here = dist[pos]
     optimistic = Grid(size, known)
-    return {a for a in ACTIONS if optimistic.free(nxt := shift(pos, a)) and dist[nxt] == here - 1}
+    return frozenset(
+        a for a in ACTIONS if optimistic.free(nxt := shift(pos, a)) and dist[nxt] == here - 1
+    )
 
 
 @lru_cache(maxsize=4096)  # bounded: demos visit many instances

@@ -94,6 +94,9 @@ class GridNav(Env):
         )
         self.pos = self.start
         self.optimal_length = self._dist[self.start]
+        # The oracle's moves from every reachable cell, once per instance: a step asks for them
+        # twice, and the study's simulations replay the same instances thousands of times.
+        self._moves = {cell: self._moves_from(cell) for cell in self._dist}
 
     def _observe(self) -> str:
         blocked = " ".join(self.grid.blocked(self.pos)) or "none"
@@ -120,13 +123,17 @@ class GridNav(Env):
     def _solved(self) -> bool:
         return self.pos == self.goal
 
-    def _oracle_actions(self) -> set[str]:
-        here = self._dist[self.pos]
-        return {
+    def _moves_from(self, cell: Cell) -> frozenset[str]:
+        """The moves that bring `cell` one step closer to the goal."""
+        here = self._dist[cell]
+        return frozenset(
             a
             for a in ACTIONS
-            if (nxt := self.grid.move(self.pos, a)) != self.pos and self._dist[nxt] == here - 1
-        }
+            if (nxt := self.grid.move(cell, a)) != cell and self._dist[nxt] == here - 1
+        )
+
+    def _oracle_actions(self) -> set[str]:
+        return set(self._moves[self.pos])  # a copy: the table stays as it is
 
     def _oracle_distance(self) -> float:
         return float(self._dist.get(self.pos, math.inf))

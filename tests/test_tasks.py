@@ -172,6 +172,41 @@ def test_icy_without_slip_equals_gridnav_oracle() -> None:
                 assert env.optimal_actions() == GridNav._oracle_actions(env)
 
 
+def test_cached_oracles_match_their_definition_and_hand_out_copies() -> None:
+    """gridnav's per-instance table of oracle moves and fog's cache give, in every state, the
+    moves that lower the (optimistic) BFS distance by one, computed here from scratch; and a
+    caller that changes the set it was given does not change the next answer."""
+    from tasks.fog import optimistic_distances
+
+    def lowering(grid: Grid, dist: dict, cell: tuple[int, int]) -> set[str]:
+        nxt = {a: grid.move(cell, a) for a in ("up", "down", "left", "right")}
+        return {a for a, n in nxt.items() if n != cell and dist.get(n) == dist[cell] - 1}
+
+    env = tasks.make("gridnav")
+    for seed in range(40):
+        env.reset(seed)
+        dist = bfs_distances(env.grid, env.goal)
+        for cell in dist:
+            env.pos = cell
+            assert env.optimal_actions() == lowering(env.grid, dist, cell)
+        env.reset(seed)
+        env.optimal_actions().clear()
+        assert env.optimal_actions() == lowering(env.grid, dist, env.start)
+    fog = tasks.make("fog")
+    for seed in range(40):
+        fog.reset(seed)
+        rng = random.Random(seed)
+        for _ in range(8):  # walk, bumping into walls, so the known walls change the answer
+            optimistic = Grid(fog.size, fog.known)
+            dist = optimistic_distances(fog.size, fog.known, fog.goal)
+            expected = lowering(optimistic, dist, fog.pos) if fog.pos != fog.goal else set()
+            assert fog.optimal_actions() == expected
+            fog.optimal_actions().add("nowhere")
+            assert fog.optimal_actions() == expected
+            if fog.step(rng.choice(fog.action_words)).done:
+                break
+
+
 # ---- oracle versus random play --------------------------------------------------------------
 
 
