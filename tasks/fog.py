@@ -55,7 +55,7 @@ def oracle_moves(size: int, known: frozenset[Cell], goal: Cell, pos: Cell) -> se
 
 # Bounded like _distances. A step asks the oracle twice (the optimal flag, and the caller's own
 # question before it), and the study's simulations replay the same states thousands of times.
-@lru_cache(maxsize=65536)
+@lru_cache(maxsize=16384)  # a few MB
 def _oracle_moves(size: int, known: frozenset[Cell], goal: Cell, pos: Cell) -> frozenset[str]:
     dist = _distances(size, known, goal)
     here = dist[pos]
