@@ -296,6 +296,8 @@ def t_quantile(p: float, df: float) -> float:
     lo, hi = -1e3, 1e3
     for _ in range(200):
         mid = (lo + hi) / 2
+        if not lo < mid < hi:  # lo and hi are neighbouring floats: more halving returns this
+            return mid
         if 1 - t_sf(mid, df) < p:
             lo = mid
         else:
