@@ -144,3 +144,17 @@ def test_train_py_in_a_notebook_cell(tmp_path: Path) -> None:
     assert "held-out success" in shown
     assert (run / "metrics.jsonl").read_text().count("\n") == 2
     nbformat.validate(nb)
+
+
+def test_library_bars_come_back_as_they_were() -> None:
+    """Quiet inside quiet stays quiet until the outer block ends; then the bars are on again."""
+    from transformers.utils import logging as hf_logging
+
+    from minirl.infra.progress import without_library_bars
+
+    assert hf_logging.is_progress_bar_enabled()
+    with without_library_bars():
+        with without_library_bars():
+            assert not hf_logging.is_progress_bar_enabled()
+        assert not hf_logging.is_progress_bar_enabled()
+    assert hf_logging.is_progress_bar_enabled()

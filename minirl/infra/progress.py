@@ -96,16 +96,19 @@ class LineProgress(Progress):
 @contextmanager
 def without_library_bars() -> Iterator[None]:
     """transformers' own tqdm bars off for the block ("Loading weights", "Writing model shards"),
-    back on after it: a second bar beside minirl's, or in a background build's log, is noise."""
+    then as they were: a second bar beside minirl's, or in a background build's log, is noise.
+    As they were, not simply on, so a block inside another keeps the outer one quiet."""
     # Imported here, not at the top: in a notebook kernel, importing transformers imports
     # tqdm.auto, which warns about ipywidgets, and this module is the one a kernel loads first.
     from transformers.utils import logging as hf_logging
 
+    was_on = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:
         yield
     finally:
-        hf_logging.enable_progress_bar()
+        if was_on:
+            hf_logging.enable_progress_bar()
 
 
 def in_notebook() -> bool:
