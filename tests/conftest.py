@@ -37,17 +37,22 @@ NEEDS_NO_BASE = (
     "test_tools_step_memory.py",  # the quick base
     "test_checkpoint.py",  # the quick base
 )
-NEEDS_LATER_BASE = {"07_reading_the_study": 2, "test_house_base": 3}  # gridnav-sticky, house
+NEEDS_LATER_BASE = {
+    "07_reading_the_study": ("gridnav", "sticky"),
+    "test_house_base": ("house", "uniform"),
+}
 
 
 def hand_out_rank(item: pytest.Item) -> int:
-    """Where a test goes in the hand-out: 0 long and needing no full-size base, 1 long and
-    needing gridnav's (or whatever else), 2 and 3 long and needing the later bases, 4 the rest."""
+    """Where a test goes in the hand-out: 0 long and needing no full-size base, then the long
+    ones in the order the builder finishes the base they need (gridnav's, or whatever else,
+    first), the rest last."""
     if not (item.get_closest_marker("slow") or item.originalname in LONG):
-        return 4
+        return 1 + len(SUITE_BASES)
     if any(name in item.nodeid for name in NEEDS_NO_BASE):
         return 0
-    return next((rank for name, rank in NEEDS_LATER_BASE.items() if name in item.nodeid), 1)
+    needs = next((base for name, base in NEEDS_LATER_BASE.items() if name in item.nodeid), None)
+    return 1 + (SUITE_BASES.index(needs) if needs else 0)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
