@@ -1,10 +1,12 @@
 """hilo: guess's number game, but the feedback never restates the range.
 
 The seed picks a target in 1..n. After a guess the agent hears only "higher", "lower" or
-"correct" (the natural text names the guess it answers: "Higher: my number is higher than 8."),
-so where the target can still be (the belief state) is the interval [lo, hi] left by *every*
-earlier answer together, and only the conversation's history holds it. This is guess with
-its memory taken away: the same oracle, but an agent that reads only the last answer cannot use it.
+"correct" (the natural text names the guess it answers and the one bound that answer sets:
+"Higher: my number is higher than 8, so it is 9 or more."), so where the target can still be (the
+belief state) is the interval [lo, hi] left by *every* earlier answer together, and only the
+conversation's history holds it. This is guess with its memory taken away: the same oracle, but
+an agent that reads only the last answer knows one bound of the interval, not both, so it cannot
+halve it (it can still step from that bound: a walk, slower than halving).
 
 Belief-state oracle. The belief is exactly the interval [lo, hi] of targets consistent with all
 feedback (each answer cuts the interval; nothing else is learned). "Optimal" means what it means in
@@ -48,13 +50,17 @@ def minimax_guesses(lo: int, hi: int) -> set[str]:
 
 
 # The natural text says what guess says minus the range: it names the guess it answers, as a game
-# host would, so the one difference between the two tasks is the memory the range would restore.
-# (The first edition said "higher than your guess": a chat model then had to find its own last
-# reply before it could step from it, one more thing guess does not ask.)
+# host would, and the bound that this one answer sets ("so it is 9 or more"), so the one difference
+# between the two tasks is the memory the range would restore: the other bound, set by an earlier
+# answer, is said only once. Each edition removed one step guess does not ask of a chat model:
+# - the first said "higher than your guess": the model had to find its own last reply first;
+# - the second said "higher than 8": the model had to add one to it. SmolLM2-135M never did: it
+#   learned a fixed script at every setting tried (tutorials/measured.md, "hilo"), while on guess,
+#   which writes the bound out, it learned to step from the number it reads.
 _SAID = {
     "start": "I have picked my number. Make your first guess.",
-    "higher": "Higher: my number is higher than {guess}.",
-    "lower": "Lower: my number is lower than {guess}.",
+    "higher": "Higher: my number is higher than {guess}, so it is {above} or more.",
+    "lower": "Lower: my number is lower than {guess}, so it is {below} or less.",
     "correct": "Correct: my number is {guess}.",
 }
 
@@ -112,7 +118,7 @@ class Hilo(Env):
             self.lo, self._last = max(self.lo, guess + 1), "higher"
         else:
             self.hi, self._last = min(self.hi, guess - 1), "lower"
-        self._said = _SAID[self._last].format(guess=guess)
+        self._said = _SAID[self._last].format(guess=guess, above=guess + 1, below=guess - 1)
         return Outcome(
             self._last, error == "avoidable", extras={"error": error}, natural=self._said
         )

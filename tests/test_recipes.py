@@ -31,8 +31,8 @@ def test_there_are_recipes_for_tiny_on_every_task_and_smollm2() -> None:
 
     names = {p.stem for p in RECIPES}
     assert {f"tiny-{task}" for task in tasks.NAMES} <= names
-    # The real model's: guess, where it has a signal and learns; hilo and gridnav, where the
-    # same settings do not (their headers say what they reach).
+    # The real model's: guess and hilo, where it learns (hilo with the outcome reward); gridnav,
+    # where it does not (each header says what it reaches).
     assert {"smollm2-guess", "smollm2-hilo", "smollm2-gridnav"} <= names
 
 

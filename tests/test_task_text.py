@@ -323,8 +323,8 @@ def test_every_natural_observation_ends_with_the_format_reminder(task: str) -> N
 
 
 def test_hilo_says_what_guess_says_but_the_range() -> None:
-    """hilo's natural answers name the guess they answer, as guess's do, and never the interval
-    that every answer together leaves: the one difference between the two tasks is that memory."""
+    """hilo's natural answers name the guess they answer and the one bound that answer sets, never
+    the interval that every answer together leaves: the one difference from guess is that memory."""
     hilo, guess = tasks.make("hilo", "natural"), tasks.make("guess", "natural")
     compared = 0
     for seed in range(300):
@@ -338,8 +338,15 @@ def test_hilo_says_what_guess_says_but_the_range() -> None:
             if said.done:
                 assert said.observation.startswith(f"Correct: my number is {move}.")
                 break
-            word = "Higher" if hilo.target > int(move) else "Lower"
-            assert said.observation.startswith(f"{word}: my number is {word.lower()} than {move}.")
-            assert told.observation.startswith(said.observation.split(".")[0] + ".")
+            higher = hilo.target > int(move)
+            word, bound = ("Higher", int(move) + 1) if higher else ("Lower", int(move) - 1)
+            side = "more" if higher else "less"
+            assert said.observation.startswith(
+                f"{word}: my number is {word.lower()} than {move}, so it is {bound} or {side}."
+            )
+            assert told.observation.startswith(f"{word}: my number is {word.lower()} than {move}.")
+            # The only numbers hilo says are this guess and this answer's bound: the interval's
+            # other end, set by an earlier answer, is left to the agent's memory.
+            assert set(re.findall(r"\d+", said.observation)) == {move, str(bound)}
             assert "between" not in said.observation and "between" in told.observation
     assert compared >= 10
