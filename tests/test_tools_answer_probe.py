@@ -119,8 +119,10 @@ def test_the_scores_are_what_the_sampler_draws_in_that_state(tmp_path: Path) -> 
         assert abs(above - scored.above) < 4 * se
 
 
-def test_bad_arguments_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_arguments_are_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     for argv, said in (
+        (["--adapter", str(tmp_path / "missing")], "--adapter: "),
+        (["--adapter", str(tmp_path)], "holds no adapter"),
         (["--task", "gridnav"], "needs guess or hilo"),
         (["--guesses", "1,8"], "never answered lower"),
         (["--guesses", "15"], "never answered higher"),

@@ -41,6 +41,7 @@ import json
 import math
 import sys
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -73,7 +74,9 @@ class ProbeArgs:
     )
     task: str = HfArg(default="hilo", help="A task that answers higher or lower: hilo or guess.")
     adapter: str = HfArg(
-        default="", help="A LoRA adapter directory (a run's checkpoint-N) to probe on the base."
+        default="",
+        help="A trained adapter to probe on the base: a run directory (its newest checkpoint) "
+        "or a checkpoint-N / adapter directory, as evaluate.py's --checkpoints reads them.",
     )
     guesses: str = HfArg(
         default="4,6,8,10,12", help="The first guesses g whose answers are probed."
@@ -81,11 +84,13 @@ class ProbeArgs:
     turns: int = HfArg(
         default=6, help="The episode's budget T; the probed reply is shown T - 1 turns left."
     )
-    quant: str = HfArg(default="none", help="Base weights: 'none' (exact scores) or 'nf4'.")
-    dtype: str = HfArg(
+    quant: Literal["nf4", "none"] = HfArg(
+        default="none", help="Base weights: 'none' (exact scores) or 'nf4'."
+    )
+    dtype: Literal["auto", "bfloat16", "float32"] = HfArg(
         default="float32", help="The matmuls' dtype, as train.py's --dtype (minirl.models)."
     )
-    task_text: str = HfArg(
+    task_text: Literal["auto", "compact", "natural"] = HfArg(
         default="auto", help="compact, natural, or auto (by the tokenizer, as train.py picks)."
     )
 
@@ -241,11 +246,18 @@ def main(argv: list[str] | None = None) -> int:
     (args,) = parser.parse_args_into_dataclasses(args=list(sys.argv[1:] if argv is None else argv))
 
     def work() -> int:
+        from minirl.compare import resolve_checkpoint
         from minirl.models import load_policy
 
         guesses = check_args(args)
+        adapter = None
+        if args.adapter:  # read and checked before the model loads, as evaluate.py does
+            try:
+                adapter = resolve_checkpoint(args.adapter, args.task, args.model)
+            except ConfigError as err:  # its messages name evaluate.py's flag
+                raise ConfigError(str(err).replace("--checkpoints:", "--adapter:", 1)) from err
         model, tokenizer = load_policy(
-            args.model, args.quant, adapter=args.adapter or None, task=args.task, dtype=args.dtype
+            args.model, args.quant, adapter=adapter, task=args.task, dtype=args.dtype
         )
         model.eval()
         text = resolve_task_text(args.task_text, tokenizer)
