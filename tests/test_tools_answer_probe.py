@@ -127,6 +127,7 @@ def test_bad_arguments_are_one_line(capsys: pytest.CaptureFixture[str], tmp_path
         (["--guesses", "1,8"], "never answered lower"),
         (["--guesses", "15"], "never answered higher"),
         (["--turns", "1"], "T >= 2"),
+        (["--turns", "101"], "in [2, 100]"),
     ):
         assert answer_probe.main(argv) == 2
         err = capsys.readouterr().err.strip()

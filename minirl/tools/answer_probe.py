@@ -41,7 +41,7 @@ import json
 import math
 import sys
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -56,13 +56,19 @@ from minirl.chat import (
     resolve_task_text,
     turn_suffix_text,
 )
+from minirl.config import MAX_TURNS
 from minirl.infra.cli import ArgParser, run_cli
 from minirl.infra.errors import ConfigError
-from minirl.infra.validation import parse_ints
+from minirl.infra.validation import Range, check_fields, parse_ints
 from minirl.logprobs import token_logps
 
 ANSWERS = ("higher", "lower")
 SEED_SEARCH = 1000  # instances tried to find one whose target is on the answer's side
+BUDGET = Range(
+    ge=2,
+    le=MAX_TURNS,
+    why=f"the probed reply is the second, so T >= 2; the tiny model reads counts up to {MAX_TURNS}",
+)
 
 
 @dataclass
@@ -81,7 +87,7 @@ class ProbeArgs:
     guesses: str = HfArg(
         default="4,6,8,10,12", help="The first guesses g whose answers are probed."
     )
-    turns: int = HfArg(
+    turns: Annotated[int, BUDGET] = HfArg(
         default=6, help="The episode's budget T; the probed reply is shown T - 1 turns left."
     )
     quant: Literal["nf4", "none"] = HfArg(
@@ -213,8 +219,7 @@ def check_args(args: ProbeArgs) -> list[int]:
     """The guesses as ints, after checking the arguments; one-line errors."""
     if args.task not in ("guess", "hilo"):
         raise ConfigError(f"--task {args.task!r}: the probe needs guess or hilo (higher/lower)")
-    if args.turns < 2:
-        raise ConfigError(f"--turns {args.turns}: the probed reply is the second, so T >= 2")
+    check_fields(args)  # every field's type and range (minirl.infra.validation)
     n = len(tasks.make(args.task).action_words)
     # 1 and n can only be answered one way, so follow() could not compare the two answers there.
     guesses = parse_ints(args.guesses, "guesses", n - 1, "a guess of n is never answered higher")
