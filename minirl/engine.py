@@ -40,7 +40,7 @@ padded to the call's width W; they go into slots lengths[b] .. lengths[b] + W - 
 length grows by widths[b]. Query j of row b sees slots 0 .. lengths[b] + j, so a real token sees
 exactly its history; what a padding position writes lies past the row's length and is
 overwritten by the row's next real token. Nothing is ever copied per token; the cache grows by
-doubling when full, and rows whose episodes end leave it once per turn (`keep`).
+doubling when full, and rows whose episodes end leave it at the end of the turn (`keep`).
 """
 
 from __future__ import annotations
@@ -277,12 +277,23 @@ class KVCache:
     def keep(self, rows: list[int]) -> None:
         """Keep only these rows (episodes still playing), in this order.
 
-        One copy per turn, of the filled slots only (the capacity past them regrows by doubling).
+        No copy while every row plays on. Else, in place: the kept rows' filled slots are
+        gathered and written over the first rows, and the cache becomes a view of those rows,
+        capacity and all. A new cache of just the filled slots would make the next call's
+        `reserve` grow it back, a second copy of everything every turn (a fifth of a large
+        evaluation's time, tutorials/measured.md); a new one of full capacity must be zeroed
+        first. What the slots past a row's length hold is never seen: every query's mask stops
+        at its own position.
         """
+        if rows == list(range(len(self.host_lengths))):
+            return
         used = max(self.host_lengths[r] for r in rows)
         index = torch.tensor(rows, dtype=torch.long, device=self.lengths.device)
-        self.keys = [t[:, :, :used].index_select(0, index) for t in self.keys]
-        self.values = [t[:, :, :used].index_select(0, index) for t in self.values]
+        for store in (self.keys, self.values):
+            for i, t in enumerate(store):
+                # index_select gathers into a new tensor first: no row is read after it is written
+                t[: len(rows), :, :used] = t[:, :, :used].index_select(0, index)
+                store[i] = t[: len(rows)]
         self.lengths = self.lengths.index_select(0, index)
         self.host_lengths = [self.host_lengths[r] for r in rows]
 

@@ -97,6 +97,45 @@ def test_a_row_of_width_zero_is_left_alone(quick_policy) -> None:
     assert cache.host_lengths == [6] and cache.keys[0].shape[0] == 1
 
 
+def test_rows_that_leave_the_cache_leave_the_rest_as_if_alone(quick_policy) -> None:
+    """`keep` drops the rows whose episodes ended: the rows kept then go on exactly as in a cache
+    that only ever held them (every logit the same), and no memory moves that need not: nothing
+    when every row plays on, and the kept rows stay in the same storage, capacity and all, so the
+    next call need not grow the cache back."""
+    model, tok = quick_policy
+    decoder = engine.dense_copy(model)
+    ids = torch.randint(5, len(tok), (4, 12), generator=torch.Generator().manual_seed(4))
+    lengths = [9, 5, 7, 3]  # ragged: the rows' histories end at different slots
+    cache = engine.new_cache(decoder, 4, slots=32)
+    history, _ = engine.right_pad([ids[b, :n].tolist() for b, n in enumerate(lengths)], "cpu")
+    engine.forward(decoder, cache, history, lengths)
+    storage = [t.untyped_storage().data_ptr() for t in cache.keys + cache.values]
+
+    cache.keep([0, 1, 2, 3])  # every row plays on: not even a view changes
+    assert [t.untyped_storage().data_ptr() for t in cache.keys + cache.values] == storage
+    assert cache.keys[0].shape[0] == 4
+
+    kept = [3, 1]  # an order the rows were not in, too
+    cache.keep(kept)
+    assert cache.host_lengths == [3, 5] and cache.lengths.tolist() == [3, 5]
+    assert cache.slots == 32 and [t.shape[0] for t in cache.keys] == [2] * len(cache.keys)
+    assert [t.untyped_storage().data_ptr() for t in cache.keys + cache.values] == storage
+    more, widths = engine.right_pad([ids[3, 3:7].tolist(), ids[1, 5:6].tolist()], "cpu")
+    got = engine.forward(decoder, cache, more, widths)
+    assert [t.untyped_storage().data_ptr() for t in cache.keys + cache.values] == storage
+
+    alone = engine.new_cache(decoder, 2, slots=32)  # the reference: a cache of these rows only
+    whole, whole_widths = engine.right_pad([ids[3, :7].tolist(), ids[1, :6].tolist()], "cpu")
+    expected = engine.forward(decoder, alone, whole, whole_widths)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    for layer in range(len(cache.keys)):
+        for row, n in enumerate([7, 6]):
+            torch.testing.assert_close(cache.keys[layer][row, :, :n], alone.keys[layer][row, :, :n])
+            torch.testing.assert_close(
+                cache.values[layer][row, :, :n], alone.values[layer][row, :, :n]
+            )
+
+
 def test_a_wide_call_in_row_chunks_is_the_same_call(quick_policy, monkeypatch) -> None:
     """Rows fed in chunks (engine.CHUNK_TOKENS bounds the prefill's activations) give the logits
     and the cache of one pass over all of them, row for row, ragged widths included."""
