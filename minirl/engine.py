@@ -282,8 +282,9 @@ class KVCache:
         capacity and all. A new cache of just the filled slots would make the next call's
         `reserve` grow it back, a second copy of everything every turn (a fifth of a large
         evaluation's time, tutorials/measured.md); a new one of full capacity must be zeroed
-        first. What the slots past a row's length hold is never seen: every query's mask stops
-        at its own position.
+        first. The slots past a row's length weigh nothing (every query's mask stops at its own
+        position), but they still enter softmax(..) @ V as 0 * value, so they must hold finite
+        numbers: here only zeros or what the model wrote (an uninitialised cache may hold a NaN).
         """
         if rows == list(range(len(self.host_lengths))):
             return
