@@ -7,7 +7,10 @@ import json
 import os
 import re
 import shutil
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -288,3 +291,53 @@ def test_a_rerun_reuses_only_what_was_done_with_the_same_settings(
     assert set(found.values()) == {"reused"}
     meta = json.loads((out / "gridnav" / "results.json").read_text())["meta"]
     assert meta["decision_samples"] == 2
+
+
+def _running(pid: int) -> bool:
+    """Whether process `pid` still runs (a zombie waiting to be reaped has ended)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_workers_end_when_the_study_process_is_killed(tmp_path: Path) -> None:
+    # Two workers take a 60-second task each; the study's process is then killed outright
+    # (SIGKILL: no handler of its own can run). Its workers must not train on for nobody.
+    (tmp_path / "nap.py").write_text(
+        "import os, time\n"
+        "from pathlib import Path\n"
+        "def nap(seconds, progress):\n"
+        f"    Path({str(tmp_path)!r}, str(os.getpid())).with_suffix('.pid').touch()\n"
+        "    time.sleep(seconds)\n"
+    )
+    study = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import nap; "
+            "from minirl.study.run import _map; _map(nap.nap, [60, 60], 2, False)",
+        ],
+        cwd=ROOT,
+    )
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 120
+        while len(workers) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+            workers = [int(p.stem) for p in tmp_path.glob("*.pid")]
+        assert len(workers) == 2, "the workers never started their tasks"
+        assert all(_running(pid) for pid in workers)
+        study.kill()
+        study.wait()
+        deadline = time.monotonic() + 20  # well short of the tasks' 60 s
+        while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(_running(pid) for pid in workers), "workers outlived the study"
+    finally:
+        study.kill()
+        for pid in workers:
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)

@@ -29,12 +29,15 @@ Each file read back is checked first (minirl.infra.readback); a damaged one is n
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import hashlib
 import json
 import multiprocessing
 import os
+import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -206,10 +209,30 @@ def git_commit() -> str:
         return "unknown"
 
 
-def _threads(jobs: int) -> None:
+def _worker_start(jobs: int, parent: int) -> None:
+    """A worker's setup: its share of the cores, and an end when the study's process ends."""
+    _end_with(parent)
     import torch
 
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // jobs))
+
+
+def _end_with(parent: int) -> None:
+    """Have Linux send this worker SIGTERM when the study's process `parent` ends, however it ends.
+
+    Ctrl-C reaches the whole process group, workers included. A study ended by `kill`, a
+    scheduler's time limit or the out-of-memory killer does not: its workers would go on
+    training runs that no one collects, holding their run directories, and the next invocation
+    would be refused ("... is being written by another process"). Written by hand with ctypes
+    because neither multiprocessing nor concurrent.futures offers it; prctl(PR_SET_PDEATHSIG)
+    is Linux's alone, and elsewhere a worker still ends after the run it is on.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+    if os.getppid() != parent:  # the study ended before the request was in place
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _timed_train(cfg: Config, progress: bool) -> tuple[str, float]:
@@ -235,7 +258,7 @@ def _map(fn: Callable, items: list, jobs: int, progress: bool) -> list:
     # deadlock. Progress bars from several processes would interleave, so workers run quietly.
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(
-        jobs, mp_context=context, initializer=_threads, initargs=(jobs,)
+        jobs, mp_context=context, initializer=_worker_start, initargs=(jobs, os.getpid())
     ) as pool:
         return list(pool.map(fn, items, [False] * len(items)))
 
