@@ -31,7 +31,9 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import torch
+from peft import PeftModel
 from rich.progress import Progress
+from transformers import PreTrainedTokenizerBase
 
 import tasks
 from minirl.chat import resolve_task_text
@@ -108,6 +110,23 @@ def resolve_checkpoint(name: str, task: str, model: str) -> Path | None:
             f"--checkpoints: {name!r} was trained on --model {trained_model!r}, not {model!r}"
         )
     return path
+
+
+def load_probed(
+    model: str, adapter: str, task: str, quant: str, dtype: str
+) -> tuple[PeftModel, PreTrainedTokenizerBase, Path | None]:
+    """The probes' model (minirl.tools): `model` with the adapter named by `--adapter` ("" for
+    none, a run or adapter directory as `--checkpoints` takes it), in eval mode, and the adapter's
+    resolved path. The adapter is checked before the model loads, as evaluate.py does."""
+    path = None
+    if adapter:
+        try:
+            path = resolve_checkpoint(adapter, task, model)
+        except ConfigError as err:  # its messages name evaluate.py's flag
+            raise ConfigError(str(err).replace("--checkpoints:", "--adapter:", 1)) from err
+    policy, tokenizer = load_policy(model, quant, adapter=path, task=task, dtype=dtype)
+    policy.eval()
+    return policy, tokenizer, path
 
 
 def recorded_config(path: Path) -> dict:

@@ -21,6 +21,8 @@ policy, next to the one stored at sampling time. This module builds those tensor
    pass pads only to its own longest episode (under BudgetMix lengths differ several-fold).
    minirl.update runs forward, loss and backward one micro-batch at a time; `bucketed_logps` is
    the gradient-free version for the KL reference.
+5. `reply_logps`: log p(reply | context) for a few candidate replies to one context, summed over
+   each reply's tokens: the probes' exact score of every action a state allows.
 """
 
 from __future__ import annotations
@@ -193,3 +195,25 @@ def bucketed_logps(
         )
         logps[index, :width] = lp
     return logps
+
+
+@torch.no_grad()
+def reply_logps(
+    model: torch.nn.Module, context: list[int], replies: list[list[int]]
+) -> list[float]:
+    """log p(reply | context) for each reply, from one right-padded batch of context + reply.
+
+    The probes (minirl.tools.answer_probe, minirl.tools.error_probe) score every possible next
+    action in a state this way: exactly, with none of sampling's noise.
+    """
+    rows = [context + r for r in replies]
+    width = max(len(r) for r in rows)
+    device = next(model.parameters()).device
+    ids = torch.zeros(len(rows), width, dtype=torch.long, device=device)
+    mask = torch.zeros(len(rows), width, dtype=torch.long, device=device)
+    for i, row in enumerate(rows):
+        ids[i, : len(row)] = torch.tensor(row, device=device)
+        mask[i, : len(row)] = 1
+    logps = token_logps(model(input_ids=ids, attention_mask=mask).logits, ids)
+    start = len(context)
+    return [float(logps[i, start : start + len(r)].sum()) for i, r in enumerate(replies)]

@@ -43,7 +43,6 @@ import sys
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from transformers.hf_argparser import HfArg
 
@@ -60,7 +59,7 @@ from minirl.config import MAX_TURNS
 from minirl.infra.cli import ArgParser, run_cli
 from minirl.infra.errors import ConfigError
 from minirl.infra.validation import Range, check_fields, parse_ints
-from minirl.logprobs import token_logps
+from minirl.logprobs import reply_logps
 
 ANSWERS = ("higher", "lower")
 SEED_SEARCH = 1000  # instances tried to find one whose target is on the answer's side
@@ -163,24 +162,6 @@ def state_ids(
     return prompt + reply_ids(tokenizer, said) + suffix
 
 
-@torch.no_grad()
-def reply_logps(
-    model: PreTrainedModel, context: list[int], replies: list[list[int]]
-) -> list[float]:
-    """log p(reply | context) for each reply, from one right-padded batch of context + reply."""
-    rows = [context + r for r in replies]
-    width = max(len(r) for r in rows)
-    device = next(model.parameters()).device
-    ids = torch.zeros(len(rows), width, dtype=torch.long, device=device)
-    mask = torch.zeros(len(rows), width, dtype=torch.long, device=device)
-    for i, row in enumerate(rows):
-        ids[i, : len(row)] = torch.tensor(row, device=device)
-        mask[i, : len(row)] = 1
-    logps = token_logps(model(input_ids=ids, attention_mask=mask).logits, ids)
-    start = len(context)
-    return [float(logps[i, start : start + len(r)].sum()) for i, r in enumerate(replies)]
-
-
 def instance_with_answer(env: tasks.Env, guess: int, answer: str) -> int:
     """The first seed whose target makes `guess` get `answer`."""
     for seed in range(SEED_SEARCH):
@@ -251,20 +232,12 @@ def main(argv: list[str] | None = None) -> int:
     (args,) = parser.parse_args_into_dataclasses(args=list(sys.argv[1:] if argv is None else argv))
 
     def work() -> int:
-        from minirl.compare import resolve_checkpoint
-        from minirl.models import load_policy
+        from minirl.compare import load_probed
 
         guesses = check_args(args)
-        adapter = None
-        if args.adapter:  # read and checked before the model loads, as evaluate.py does
-            try:
-                adapter = resolve_checkpoint(args.adapter, args.task, args.model)
-            except ConfigError as err:  # its messages name evaluate.py's flag
-                raise ConfigError(str(err).replace("--checkpoints:", "--adapter:", 1)) from err
-        model, tokenizer = load_policy(
-            args.model, args.quant, adapter=adapter, task=args.task, dtype=args.dtype
+        model, tokenizer, adapter = load_probed(
+            args.model, args.adapter, args.task, args.quant, args.dtype
         )
-        model.eval()
         text = resolve_task_text(args.task_text, tokenizer)
         scores = probe(model, tokenizer, args.task, guesses, args.turns, text)
         print(report(scores))

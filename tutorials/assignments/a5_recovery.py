@@ -5,7 +5,8 @@
 states: the states just after an error of the base policy, and fresh states *matched* to them
 (same turn, distance to the goal and number of optimal actions), because a post-error state is
 later and farther from the goal than a random fresh one. Implement the three parts of that
-measure. Grade them with:
+measure, and a fourth: the base's deficit in the same position, just before and just after a
+failed action, which no matching can give. Grade them with:
 
     python -m pytest tutorials/assignments/test_a5.py
 """
@@ -62,3 +63,24 @@ def match_states(
     its key gets []. A fresh state may be matched to several post-error states.
     """
     raise NotImplementedError("assignment 5: implement match_states")
+
+
+def same_position_deficit(
+    before: list[float], after: list[float], instances: list[int]
+) -> tuple[float, float]:
+    """The base's deficit in the same position, and its standard error (lesson 7's error probe).
+
+    Pair i is one failed first error (a bump, "nothing happens"): before[i] is the base's exact
+    P(optimal) in the state just before it, after[i] in the same position just after it, and
+    instances[i] the instance it came from. With L(p) = log(p / (1 - p)) and a, b the means of
+    `after` and `before`, return (d, se):
+
+        d  = L(a) - L(b)
+        se = sqrt(G / (G - 1) * sum over instances g of (sum of u_i over g's pairs)^2) / n
+        u_i = (after[i] - a) / (a (1 - a)) - (before[i] - b) / (b (1 - b))
+
+    n pairs from G distinct instances (the delta method, with an instance's pairs as one
+    cluster). A policy that ignores its history has before[i] == after[i], so d = 0, however
+    badly it plays in the positions where it erred.
+    """
+    raise NotImplementedError("assignment 5: implement same_position_deficit")

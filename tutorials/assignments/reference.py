@@ -6,6 +6,8 @@ that every grader passes a correct implementation (and fails the stubs).
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from minirl import budgets, grpo
@@ -76,3 +78,17 @@ def match_states(
     from minirl.eval.recovery import match
 
     return match(post, fresh, per_state)
+
+
+def same_position_deficit(
+    before: list[float], after: list[float], instances: list[int]
+) -> tuple[float, float]:
+    from minirl.tools.error_probe import PairScore, summarize
+
+    found = summarize(
+        [
+            PairScore(g, b, a, math.nan, math.nan)
+            for g, b, a in zip(instances, before, after, strict=True)
+        ]
+    )
+    return found.deficit, found.se

@@ -1,5 +1,7 @@
 """Grader for assignment 5 (recovery from fixed post-error states): by hand, then on simulated
-policies with known skills playing the real fog task (minirl.study.simulate).
+policies with known skills playing the real fog task (minirl.study.simulate); part 4 on
+positions of known quality, where the only thing that makes an erred position look worse is
+that the base erred there.
 
 A simulated policy plays an oracle-optimal action with probability q_fresh until its first
 error and q_post after it. The base has q = 0.6 in both; a single-step-only arm has both log-odds
@@ -190,3 +192,52 @@ def test_matching_removes_the_turn_confound() -> None:
     assert gain(after) - gain(matched) == pytest.approx(0.0, abs=0.05)
     # ... while the random fresh states, mostly at turn 1, make it look like a large deficit.
     assert gain(after) - gain(pool) < -0.5
+
+
+# ---- part 4: the same position -----------------------------------------------------------------
+
+same_position_deficit = implementation("a5_recovery", "same_position_deficit")
+
+
+def test_same_position_deficit_by_hand() -> None:
+    d, se = same_position_deficit([0.5, 0.7, 0.3], [0.25, 0.45, 0.2], [1, 2, 3])
+    assert d == pytest.approx(logit(0.3) - logit(0.5))
+    u = [(q - 0.3) / 0.21 - (p - 0.5) / 0.25 for p, q in ((0.5, 0.25), (0.7, 0.45), (0.3, 0.2))]
+    m = sum(u) / 3
+    assert se == pytest.approx(math.sqrt(sum((x - m) ** 2 for x in u) / 2 / 3))
+    # Two pairs of one instance are one cluster: here they cancel, and so does their spread.
+    d, se = same_position_deficit([0.4, 0.6, 0.5], [0.3, 0.7, 0.5], [1, 1, 2])
+    assert d == pytest.approx(0.0) and se == pytest.approx(0.0)
+
+
+def test_selection_is_not_a_deficit() -> None:
+    """Positions of known quality q; the base errs in a position with chance 1 - q, and the pairs
+    come from the positions where it did. A policy that ignores its history acts the same after
+    its error: against random positions the erred ones look much worse (selection), in the same
+    position there is no deficit. One that loops (after an error it plays optimally only 70% as
+    often) has one, and the standard error matches a bootstrap over instances."""
+    dice = random.Random(0)
+    quality = {g: dice.uniform(0.15, 0.85) for g in range(400)}
+    erred = [g for g, q in quality.items() if dice.random() > q]  # where the base erred
+    before = [quality[g] for g in erred]
+    everywhere = sum(quality.values()) / len(quality)
+    # Selection: E[q | erred] = E[q (1 - q)] / E[1 - q] = 0.418 against E[q] = 0.5, -0.33 log-odds.
+    assert logit(sum(before) / len(before)) - logit(everywhere) < -0.25
+    d, _ = same_position_deficit(before, list(before), erred)
+    assert d == pytest.approx(0.0, abs=1e-12)
+    loop = [0.7 * q for q in before]
+    d, se = same_position_deficit(before, loop, erred)
+    assert d == pytest.approx(
+        logit(0.7 * sum(before) / len(before)) - logit(sum(before) / len(before))
+    )
+    noisy = [min(max(q + dice.gauss(0, 0.1), 0.01), 0.99) for q in loop]
+    d, se = same_position_deficit(before, noisy, erred)
+    draws = []
+    for _ in range(2000):
+        picks = [dice.randrange(len(erred)) for _ in erred]
+        b = sum(before[i] for i in picks) / len(picks)
+        a = sum(noisy[i] for i in picks) / len(picks)
+        draws.append(logit(a) - logit(b))
+    mean = sum(draws) / len(draws)
+    boot = math.sqrt(sum((x - mean) ** 2 for x in draws) / (len(draws) - 1))
+    assert se == pytest.approx(boot, rel=0.15) and d < -3 * se
