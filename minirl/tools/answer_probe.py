@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         from minirl.compare import load_probed
 
         guesses = check_args(args)
-        model, tokenizer, adapter = load_probed(
+        model, tokenizer, _ = load_probed(
             args.model, args.adapter, args.task, args.quant, args.dtype
         )
         text = resolve_task_text(args.task_text, tokenizer)
