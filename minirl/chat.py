@@ -19,8 +19,12 @@ the same code works for the tiny word-level tokenizer and for Qwen/SmolLM-style 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from transformers import PreTrainedTokenizerBase
+
+if TYPE_CHECKING:  # for the annotation only: the tasks do not need this module
+    import tasks
 
 _PLACEHOLDER = "minirlplaceholder"
 
@@ -166,6 +170,14 @@ def turn_suffix_ids(
 def reply_ids(tokenizer: PreTrainedTokenizerBase, reply: str) -> list[int]:
     """Ids of a *written* reply (demonstrations only) followed by eos; rollouts use sampled ids."""
     return _encode(tokenizer, reply) + [eos_id(tokenizer)]
+
+
+def reply_text(env: tasks.Env, action: str) -> str:
+    """What the model writes for `action` after the reply prefix: " 8" after "Action:", or "8".
+
+    The probes (minirl.tools) score each action as `reply_ids(tokenizer, reply_text(env, a))`.
+    """
+    return f" {action}" if env.natural else action
 
 
 @dataclass

@@ -20,7 +20,7 @@ from collections.abc import Callable
 import pytest
 
 import tasks
-from minirl.chat import reply_ids
+from minirl.chat import reply_ids, reply_text
 from minirl.episode import EpisodeSpec
 from minirl.eval.analysis import first_error, replay, state_at
 from minirl.eval.sampler import held_out_episodes, seeded
@@ -120,7 +120,7 @@ def test_the_standard_error_matches_a_bootstrap_over_instances() -> None:
 
 def candidates(tokenizer, env: tasks.Env) -> dict[tuple[int, ...], str]:
     """Each action's reply ids, as the probe scores them."""
-    return {tuple(reply_ids(tokenizer, f" {w}" if env.natural else w)): w for w in env.action_words}
+    return {tuple(reply_ids(tokenizer, reply_text(env, w))): w for w in env.action_words}
 
 
 def mass(model, tokenizer, spec: EpisodeSpec, env: tasks.Env) -> float:

@@ -52,6 +52,7 @@ from minirl.chat import (
     encode_texts,
     prompt_text,
     reply_ids,
+    reply_text,
     resolve_task_text,
     turn_suffix_text,
 )
@@ -130,11 +131,6 @@ def follow(scores: list[StateScore]) -> float:
     if not guesses or missing:
         raise ValueError(f"follow needs both answers for every guess; missing for {missing}")
     return sum(by_state[g, "higher"] - by_state[g, "lower"] for g in guesses) / len(guesses)
-
-
-def reply_text(env: tasks.Env, action: str) -> str:
-    """What the model writes for `action` after the reply prefix: " 8" after "Action:", or "8"."""
-    return f" {action}" if env.natural else action
 
 
 def state_ids(

@@ -69,7 +69,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from transformers.hf_argparser import HfArg
 
 import tasks
-from minirl.chat import reply_ids, resolve_task_text
+from minirl.chat import reply_ids, reply_text, resolve_task_text
 from minirl.config import MAX_TURNS, HeldOut, ReplyTokens
 from minirl.episode import Episode, EpisodeSpec
 from minirl.eval.analysis import first_error, replay, state_at
@@ -205,8 +205,7 @@ def action_probs(
 ) -> dict[str, float]:
     """P(a | state) for every action a the task allows, renormalized over them (exact)."""
     words = env.action_words
-    # What the model writes after the reply prefix: " right" after "Action:" or "right" (compact).
-    candidates = [reply_ids(tokenizer, f" {w}" if env.natural else w) for w in words]
+    candidates = [reply_ids(tokenizer, reply_text(env, w)) for w in words]
     logps = reply_logps(model, list(state.prompt_ids), candidates)
     top = max(logps)
     weights = [math.exp(lp - top) for lp in logps]  # shifted so that none underflows
