@@ -6,9 +6,10 @@ This is the engine behind `evaluate.py` (and the study). For each checkpoint it
 3. turns the success counts into the K x T grid (minirl.eval.passkt),
 4. runs the analyses (minirl.eval.analysis) on the episodes at the largest T, single-step
    quality on one set of fresh states and recovery on one set of post-error states, each
-   matched to fresh states (minirl.eval.recovery), all sampled once from the base policy, and
-   measures its feedback use
-   at every T from the same episodes (minirl.eval.feedback).
+   matched to fresh states (minirl.eval.recovery), all sampled once from the base policy; scores
+   it exactly in the same position before and after each of the base's failed first errors
+   (minirl.eval.position); and measures its feedback use at every T from the same episodes
+   (minirl.eval.feedback).
 Beside them goes the open-loop yardstick at every T (minirl.eval.openloop): what the best policy
 that never reads an observation wins, the line a checkpoint must clear to show multi-turn skill.
 It returns the typed results (minirl.eval.results) and writes results.json (grid + analyses +
@@ -51,6 +52,7 @@ from minirl.eval.analysis import (
 from minirl.eval.feedback import FeedbackUse, feedback_use
 from minirl.eval.openloop import yardsticks
 from minirl.eval.passkt import pass_at_kt
+from minirl.eval.position import Pair, pair_record, position_scores, same_position_pairs, score
 from minirl.eval.recovery import RecoveryStates, covariates, recover, recovery_states
 from minirl.eval.results import (
     Analysis,
@@ -255,6 +257,7 @@ class FixedStates:
 
     fresh: list[EpisodeSpec]
     recovery: RecoveryStates
+    pairs: list[Pair]  # the same position before and after a failed first error
 
 
 def fixed_states(args: EvalArgs, seeds: list[int], meta: EvalMeta) -> FixedStates:
@@ -306,7 +309,9 @@ def fixed_states(args: EvalArgs, seeds: list[int], meta: EvalMeta) -> FixedState
         for s, c in zip(fixed.matched, fixed.matched_covariates, strict=True)
     ]
     meta.base_error_rate = [fixed.hardness.get(s, math.nan) for s in seeds]
-    return FixedStates(fresh, fixed)
+    pairs = same_position_pairs(episodes, text)
+    meta.position_pairs = [pair_record(p) for p in pairs]
+    return FixedStates(fresh, fixed, pairs)
 
 
 def evaluate_checkpoint(
@@ -361,6 +366,8 @@ def evaluate_checkpoint(
         decision_quality(policy, tokenizer, fixed.matched, **ask) if fixed.matched else None
     )
     from_errors = recover(policy, tokenizer, fixed.post, fixed.kinds, **ask) if fixed.post else None
+    # Exact, not sampled: the training-side model scores every action's reply tokens.
+    position = position_scores(score(model, tokenizer, states.pairs, meta.task_text))
     at_max = episodes[t_max]
     turns = sum(e.turns_used for e in at_max)
     return CheckpointResult(
@@ -374,6 +381,7 @@ def evaluate_checkpoint(
             invalid_rate=sum(not x.valid for e in at_max for x in e.turns) / max(1, turns),
             from_errors=from_errors,
             matched=on_matched,
+            position=position,
         ),
         seconds=round(time.perf_counter() - started, 2),
         successes=counts,

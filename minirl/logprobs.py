@@ -22,7 +22,8 @@ policy, next to the one stored at sampling time. This module builds those tensor
    minirl.update runs forward, loss and backward one micro-batch at a time; `bucketed_logps` is
    the gradient-free version for the KL reference.
 5. `reply_logps`: log p(reply | context) for a few candidate replies to one context, summed over
-   each reply's tokens: the probes' exact score of every action a state allows.
+   each reply's tokens: the probes' exact score of every action a state allows
+   (`reply_logps_many`: for many states, in shared forwards).
 """
 
 from __future__ import annotations
@@ -197,23 +198,57 @@ def bucketed_logps(
     return logps
 
 
-@torch.no_grad()
+# Tokens (rows x width) per forward of reply_logps_many: few enough that a chat model's logits
+# ([tokens, V] floats) stay a few hundred MB, many enough that tiny's per-call overhead is shared.
+REPLY_TOKENS = 2048
+
+
 def reply_logps(
     model: torch.nn.Module, context: list[int], replies: list[list[int]]
 ) -> list[float]:
-    """log p(reply | context) for each reply, from one right-padded batch of context + reply.
+    """log p(reply | context) for each reply, summed over the reply's tokens.
 
-    The probes (minirl.tools.answer_probe, minirl.tools.error_probe) score every possible next
-    action in a state this way: exactly, with none of sampling's noise.
+    The probes (minirl.tools.answer_probe, minirl.tools.error_probe) and the study's
+    same-position scores (minirl.eval.position) score every possible next action in a state
+    this way: exactly, with none of sampling's noise.
     """
-    rows = [context + r for r in replies]
-    width = max(len(r) for r in rows)
+    return reply_logps_many(model, [(context, replies)])[0]
+
+
+@torch.no_grad()
+def reply_logps_many(
+    model: torch.nn.Module,
+    states: list[tuple[list[int], list[list[int]]]],
+    max_tokens: int = REPLY_TOKENS,
+) -> list[list[float]]:
+    """`reply_logps` for many (context, replies) at once: consecutive states share right-padded
+    forwards of at most `max_tokens` tokens (a longer state gets a forward of its own). Right
+    padding leaves every real token's log-prob as it is alone (causal attention, masked pads)."""
+    rows = [(k, context, r) for k, (context, replies) in enumerate(states) for r in replies]
+    out: list[list[float]] = [[] for _ in states]
     device = next(model.parameters()).device
-    ids = torch.zeros(len(rows), width, dtype=torch.long, device=device)
-    mask = torch.zeros(len(rows), width, dtype=torch.long, device=device)
-    for i, row in enumerate(rows):
-        ids[i, : len(row)] = torch.tensor(row, device=device)
-        mask[i, : len(row)] = 1
-    logps = token_logps(model(input_ids=ids, attention_mask=mask).logits, ids)
-    start = len(context)
-    return [float(logps[i, start : start + len(r)].sum()) for i, r in enumerate(replies)]
+    chunk: list[tuple[int, list[int], list[int]]] = []
+
+    def flush() -> None:
+        width = max(len(c) + len(r) for _, c, r in chunk)
+        ids = torch.zeros(len(chunk), width, dtype=torch.long, device=device)
+        mask = torch.zeros(len(chunk), width, dtype=torch.long, device=device)
+        for i, (_, c, r) in enumerate(chunk):
+            ids[i, : len(c) + len(r)] = torch.tensor(c + r, device=device)
+            mask[i, : len(c) + len(r)] = 1
+        logps = token_logps(model(input_ids=ids, attention_mask=mask).logits, ids)
+        for i, (k, c, r) in enumerate(chunk):
+            out[k].append(float(logps[i, len(c) : len(c) + len(r)].sum()))
+        chunk.clear()
+
+    widest = 0
+    for row in rows:
+        length = len(row[1]) + len(row[2])
+        if chunk and (len(chunk) + 1) * max(widest, length) > max_tokens:
+            flush()
+            widest = 0
+        chunk.append(row)
+        widest = max(widest, length)
+    if chunk:
+        flush()
+    return out

@@ -67,6 +67,18 @@ def resolve_model_path(name: str, task: str = "gridnav") -> str:
     return str(path) if path.is_dir() else name
 
 
+def base_identity(name: str, task: str = "gridnav") -> str:
+    """What `name` loads for `task`, in words a run records (summary.json's base_model): a tiny
+    base by its recipe's cache key (`tiny-sticky` on fog is not the same model after its recipe
+    changes, though the flag reads the same), any other model by its name. Builds nothing."""
+    if name in TINY_MODELS:
+        from minirl.tiny import TinyRecipe
+
+        recipe = TinyRecipe.for_task(task, name.partition("-")[2] or "uniform")
+        return f"{name} (tiny-{recipe.key()})"
+    return name
+
+
 def hub_error(name: str, err: Exception) -> ModelLoadError:
     """A one-line ModelLoadError for a model that transformers could not load."""
     from huggingface_hub import constants

@@ -101,7 +101,10 @@ class TinyRecipe:
         """
         if demonstrator not in DEMONSTRATORS:
             raise ValueError(f"unknown demonstrator {demonstrator!r}; one of {DEMONSTRATORS}")
-        return cls(tasks=((task, 1.0),), **TASK_RECIPES.get(task, {}), demonstrator=demonstrator)
+        recipe = cls(tasks=((task, 1.0),), **TASK_RECIPES.get(task, {}), demonstrator=demonstrator)
+        if demonstrator == "sticky" and task in STICK:
+            recipe = dataclasses.replace(recipe, stick=STICK[task])
+        return recipe
 
     def key(self) -> str:
         fields = dataclasses.asdict(self)
@@ -135,6 +138,12 @@ TASK_RECIPES: dict[str, dict] = {
     # learns (measured below); 300 steps added little (0.31 against 0.28 at T = 12) for 230 s.
     "sokoban": {"epsilon": 0.3},
 }
+
+# Per-task stickiness of the "sticky" demonstrator (default `stick`: 0.6). At 0.6 fog's base
+# learned no loop at all: the same-position deficit of minirl.eval.position was +0.001 +- 0.000
+# log-odds (gridnav's -0.314 +- 0.075, house's -0.401 +- 0.072); at 0.9 it is -1.126 +- 0.085,
+# with P(repeat the failed action) 0.321 before the failure and 0.687 after it (measured.md).
+STICK: dict[str, float] = {"fog": 0.9}
 
 
 # --- demonstrations ------------------------------------------------------------------------------

@@ -46,7 +46,7 @@ from minirl.episode import episode_stats
 from minirl.groups import play_groups
 from minirl.infra.progress import progress_bar
 from minirl.logprobs import bucketed_logps, to_batch
-from minirl.models import load_policy, reference_policy, trainable_parameters
+from minirl.models import base_identity, load_policy, reference_policy, trainable_parameters
 from minirl.rundir.checkpoint import (
     TrainResult,
     check_init_adapter,
@@ -110,6 +110,8 @@ def _train(cfg: Config, progress: bool) -> TrainResult:
     metrics_path = out / "metrics.jsonl"
     # The text the tasks were played in: --task_text auto resolves by the tokenizer.
     summary["task_text"] = resolve_task_text(cfg.task.task_text, tokenizer)
+    # Which base the flags loaded: the study reuses a run only on the same one (minirl.study.run).
+    summary["base_model"] = base_identity(cfg.model.model, cfg.task.task)
 
     history: list[dict] = []
     # Besides metrics.jsonl: the trackers of --report_to, closed (so flushed) even if the run dies.

@@ -51,7 +51,7 @@ from minirl.config import Config, validate
 from minirl.episode import Episode, EpisodeSpec
 from minirl.infra.errors import ConfigError, DataError
 from minirl.infra.readback import read_json
-from minirl.models import load_policy
+from minirl.models import base_identity, load_policy
 from minirl.rewards import invalid_penalty_for, outcome_rewards
 from minirl.rollout import rollout_in_chunks
 from minirl.rundir.checkpoint import (
@@ -435,6 +435,7 @@ def _train_trl(cfg: Config, state: PartialState, progress: bool) -> TrainResult:
             if cfg.grpo.eval_seeds:  # no tracker is open yet: it is logged after training
                 summary["open_loop"] = open_loop(cfg)  # what ignoring every observation wins
                 summary["base"] = evaluate_policy(model, tokenizer, cfg, out, "base", Trackers(), 0)
+            summary["base_model"] = base_identity(cfg.model.model, cfg.task.task)
             summary_path.write_text(json.dumps(summary, indent=1))
     state.wait_for_everyone()
 

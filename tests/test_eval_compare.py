@@ -12,6 +12,7 @@ import torch
 import tasks
 from minirl.compare import checkpoint_labels, compare
 from minirl.config import EvalArgs
+from minirl.eval.results import load_results, save_results
 from minirl.infra.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -169,3 +170,88 @@ def test_checkpoint_labels() -> None:
     }
     with pytest.raises(ConfigError, match="used twice"):
         checkpoint_labels("a/run,b/run")
+
+
+def test_every_checkpoint_is_scored_exactly_on_the_base_s_same_position_pairs(
+    quick_tiny_path: str, adapter_dir: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The pairs are found once, in the base's episodes; each checkpoint's recorded scores are
+    its own exact chances in them (here recomputed one state at a time, unbatched)."""
+    from minirl import compare as compare_module
+    from minirl.eval.analysis import replay
+    from minirl.eval.position import action_probs, pair_record
+    from minirl.models import load_policy
+
+    found: list = []
+    real = compare_module.same_position_pairs
+
+    def recording(*a, **kw):
+        found.extend(real(*a, **kw))
+        return found
+
+    monkeypatch.setattr(compare_module, "same_position_pairs", recording)
+    args = EvalArgs(
+        model=quick_tiny_path,
+        checkpoints=f"base,{adapter_dir}",
+        k="1",
+        t="4,8",
+        n=1,
+        instances=6,
+        decision_states=6,
+        recovery_states=6,
+        decision_samples=1,
+        bootstrap=0,
+    )
+    results = compare(args, progress=False)
+    assert len(found) >= 3
+    assert results.meta.position_pairs == [pair_record(p) for p in found]
+    for record, pair in zip(results.meta.position_pairs, found, strict=True):
+        assert list(pair.pre.replies) == record["replies"][:-1]  # one failed reply apart
+        before, after = replay(pair.pre), replay(pair.post)
+        assert before.distance() == after.distance()  # the failure left the agent where it was
+        assert record["error"] not in record["optimal"]
+    env = tasks.make(args.task)
+    for label, path in (("base", None), ("adapter0", adapter_dir)):
+        model, tokenizer = load_policy(quick_tiny_path, "nf4", adapter=path, task=args.task)
+        scores = results.checkpoints[label].analysis.position
+        assert scores is not None and len(scores.optimal_pre) == len(found)
+        for k, pair in enumerate(found):
+            pre = action_probs(model, tokenizer, pair.pre, env)
+            post = action_probs(model, tokenizer, pair.post, env)
+            assert scores.optimal_pre[k] == pytest.approx(
+                sum(pre[a] for a in pair.optimal), abs=1e-5
+            )
+            assert scores.optimal_post[k] == pytest.approx(
+                sum(post[a] for a in pair.optimal), abs=1e-5
+            )
+            if pair.error:
+                assert scores.repeat_post[k] == pytest.approx(post[pair.error], abs=1e-5)
+    base, trained = (results.checkpoints[x].analysis.position for x in ("base", "adapter0"))
+    assert base.optimal_pre != trained.optimal_pre  # the adapter is scored, not the base again
+    # And the scores survive the file: results.json holds them, checked as they are read back.
+    back = load_results(save_results(results, tmp_path / "results.json"))
+    again = back.checkpoints["adapter0"].analysis.position
+    assert again is not None and again.optimal_post == trained.optimal_post
+    assert back.meta.position_pairs == results.meta.position_pairs
+
+
+def test_position_scores_read_back_are_checked(tmp_path: Path) -> None:
+    """A results.json whose same-position scores are not chances is refused in one line."""
+    from minirl.eval.results import _position
+
+    good = {
+        "optimal_pre": [0.5],
+        "optimal_post": [0.25],
+        "repeat_pre": [None],
+        "repeat_post": [0.1],
+    }
+    assert _position(good).repeat_pre[0] != _position(good).repeat_pre[0]  # null is NaN
+    for bad, said in (
+        ({**good, "optimal_pre": ["0.5<script>"]}, "not a chance"),
+        ({**good, "optimal_post": [1.5]}, "not a chance"),
+        ({**good, "repeat_post": [True]}, "not a chance"),
+        ({**good, "optimal_pre": 0.5}, "not a list"),
+        ({**good, "optimal_pre": [0.5, 0.5]}, "differ in length"),
+    ):
+        with pytest.raises(ValueError, match=said):
+            _position(bad)

@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import copy
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from minirl.study import simulate
-from minirl.study.bootstrap import holm, t_sf
-from minirl.study.claims import ALPHA, adjust, analyse_results, slope
+from minirl.study.bootstrap import TURN_BUCKETS, Design, Units, design, draws, holm, t_sf
+from minirl.study.claims import (
+    ALPHA,
+    adjust,
+    analyse_results,
+    pair_buckets,
+    position_gain,
+    slope,
+)
 
 BASE = simulate.SimPolicy(0.6, 0.45)
 
@@ -68,9 +76,18 @@ def test_the_point_estimates_are_the_rates_of_the_results_file() -> None:
         ]
         return on_post, sum(matched) / trials
 
+    def pair_logits(label: str) -> tuple[np.ndarray, np.ndarray]:
+        scores = res.checkpoints[label].analysis.position
+        pre, post = np.array(scores.optimal_pre), np.array(scores.optimal_post)
+        assert pre.min() > 0.01 and post.max() < 0.99  # no clip: plain log-odds below
+        return np.log(pre / (1 - pre)), np.log(post / (1 - post))
+
+    d = design(res)
+    base_pre, base_post = pair_logits("base")
+    assert len(res.meta.position_pairs) > 10
     b_post, b_matched = rates("base")
     for arm in ("fixed-T12", "fixed-T4", "budgetmix", "process"):
-        per_run = []
+        per_run, gains = [], []
         for label in study.arms[arm]:
             r_post, r_matched = rates(label)
             per_run.append(
@@ -78,7 +95,11 @@ def test_the_point_estimates_are_the_rates_of_the_results_file() -> None:
                 - logit(b_post, trials)
                 - (logit(r_matched, trials) - logit(b_matched, trials))
             )
-        assert found.where[arm].test.estimate.value == pytest.approx(np.mean(per_run))
+            arm_pre, arm_post = pair_logits(label)
+            ones = np.ones(d.instances)
+            gains.append(gain_by_hand(arm_pre - base_pre, arm_post - base_post, d, ones))
+        assert found.where[arm].matched.value == pytest.approx(np.mean(per_run))
+        assert found.where[arm].test.estimate.value == pytest.approx(np.mean(gains))
         for t in res.meta.ts:
             cells = [res.checkpoints[label].cell(1, t).mean for label in study.arms[arm]]
             assert found.pass1[arm][t].value == pytest.approx(np.mean(cells))
@@ -155,3 +176,70 @@ def test_a_task_rl_did_not_move_leaves_the_family() -> None:
     assert "did not move" in found["still"].where["fixed-T12"].test.untestable
     assert family and all(t in found["moved"].tests() for t in family)
     assert found["moved"].gate.gains["fixed-T12"].p < ALPHA
+
+
+def gain_by_hand(d_pre: np.ndarray, d_post: np.ndarray, d: Design, weights: np.ndarray) -> float:
+    """The same-position gain under one replicate's instance weights, with the turn levels from
+    a weighted least-squares fit of D_before on instance dummies and turn-bucket dummies."""
+    pre_b, post_b = pair_buckets(d)
+    levels = sorted(set(pre_b.tolist()))
+    instances = weights.size
+    weight = weights[d.pair_instance]
+    x = np.hstack(
+        [
+            (d.pair_instance[:, None] == np.arange(instances)).astype(float),
+            (pre_b[:, None] == np.array(levels[1:])).astype(float),
+        ]
+    )
+    keep = weight > 0
+    root = np.sqrt(weight[keep])[:, None]
+    coef = np.linalg.lstsq(x[keep] * root, d_pre[keep] * root[:, 0], rcond=None)[0]
+    g = np.zeros(len(TURN_BUCKETS))
+    g[levels[1:]] = coef[instances:]
+    return float(np.average(d_post - d_pre - (g[post_b] - g[pre_b]), weights=weight))
+
+
+def _pair_units(logits_pre: np.ndarray, logits_post: np.ndarray) -> Units:
+    empty = np.zeros(0)
+    sigmoid = 1 / (1 + np.exp(-np.stack([logits_pre, logits_post])))
+    return Units({}, empty, empty, empty, empty, sigmoid[0], sigmoid[1])
+
+
+def test_the_same_position_gain_by_hand_and_against_a_fixed_effects_fit() -> None:
+    """recovery = mean_i [(D_after - D_before) - (g(after) - g(before))], g the arm's gain by turn
+    bucket net of the instance: 0 for any gain by instance and turn bucket, c for +c after every
+    error, and per replicate the weighted least-squares fit with instance dummies."""
+    rng = np.random.default_rng(0)
+    pairs, instances = 60, 8
+    d = SimpleNamespace(
+        pair_instance=rng.integers(0, instances, pairs), pair_turn=rng.integers(1, 9, pairs)
+    )
+    pre_b, post_b = pair_buckets(d)
+    base_pre, base_post = rng.uniform(-2, 2, pairs), rng.uniform(-2, 2, pairs)
+    base = _pair_units(base_pre, base_post)
+    w = draws(instances, 30, seed=1)
+    by_instance, by_turn = rng.uniform(-1, 1, instances), rng.uniform(-1, 1, len(TURN_BUCKETS))
+    blind_pre = base_pre + by_instance[d.pair_instance] + by_turn[pre_b]
+    blind_post = base_post + by_instance[d.pair_instance] + by_turn[post_b]
+    blind = position_gain(_pair_units(blind_pre, blind_post), base, d, w)
+    assert np.abs(blind).max() < 1e-9  # a history-blind gain, whatever its instance and turn
+    # A plain mean per turn bucket would read the instance gain as a turn effect here: the
+    # buckets hold the instances in unequal shares.
+    recovering = position_gain(_pair_units(blind_pre, blind_post + 0.4), base, d, w)
+    assert recovering == pytest.approx(np.full(w.shape[0], 0.4))
+    # Any arm, any replicate: against a weighted least-squares fit with instance dummies.
+    # (Log-odds within +-4.6, the clip's: no chance here is clipped.)
+    arm_pre, arm_post = base_pre + rng.uniform(-2, 2, pairs), base_post + rng.uniform(-2, 2, pairs)
+    gain = position_gain(_pair_units(arm_pre, arm_post), base, d, w)
+    for r in (0, 7, 19):
+        by_hand = gain_by_hand(arm_pre - base_pre, arm_post - base_post, d, w[r])
+        assert gain[r] == pytest.approx(by_hand, abs=1e-8)
+
+
+def test_sparse_turn_buckets_pool_with_an_earlier_one() -> None:
+    """Turns 1 and 6+ hold enough pairs; turns 2-5 too few: they read turn 1's level."""
+    turns = np.array([1] * 12 + [2, 3, 4, 5] + [7] * 12)
+    d = SimpleNamespace(pair_instance=np.zeros(turns.size, int), pair_turn=turns)
+    pre, post = pair_buckets(d)
+    assert pre.tolist() == [0] * 16 + [4] * 12
+    assert post.tolist() == [0] * 15 + [4] * 13  # turn 5's state after its error is at turn 6

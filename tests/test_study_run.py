@@ -226,8 +226,22 @@ def test_damaged_study_files_are_one_line(toy: dict, capsys) -> None:
             good_summary.replace(b'"steps": 1', b'"steps": "1"'),
             "summary.json: steps: expected an integer or null",
         ),
+        # A run on another base (a tiny recipe changed under the same --model) is not reused,
+        # nor one that predates the record: it cannot say which base it was trained on.
+        "summary.json on another base": (
+            summary,
+            good_summary.replace(b'"base_model": "', b'"base_model": "tiny-sticky (tiny-0', 1),
+            "was trained on another base",
+        ),
+        "summary.json without its base": (
+            summary,
+            good_summary.replace(b'"base_model": ', b'"base_model_": ', 1),
+            "not recorded",
+        ),
     }
+    assert b'"base_model": ' in good_summary
     for case, (path, data, words) in damaged.items():
+        assert data != good_summary, case
         path.write_bytes(data)
         code, lines = study(flags, capsys)
         assert code == 2 and len(lines) == 1, (case, lines)

@@ -36,7 +36,9 @@ def test_chance_is_the_frequency_the_policy_plays_with() -> None:
     """`chance` is every study statistic's estimand in the validation: check it against 3000
     sampled next actions in fresh and post-error states, for a policy with every departure
     from the null's model (sticky errors, unequal instances, turn and budget dependence)."""
-    policy = simulate.SimPolicy(0.55, 0.35, spread=0.8, early=0.7, hard=0.5, hurry=0.6, repeat=0.4)
+    policy = simulate.SimPolicy(
+        0.55, 0.35, spread=0.8, early=0.7, hard=0.5, hurry=0.6, repeat=0.4, state_sd=0.7, run="r"
+    )
     seeds = list(tasks.EVAL_SEEDS[:6])
     played = simulate.episodes("fog", seeds, simulate.SimPolicy(0.5, 0.5), 8, 2, stream=7)
     states = []
@@ -68,4 +70,50 @@ def test_a_budget_aware_policy_is_played_at_every_budget() -> None:
     assert sum(wins[2]) > sum(cut[2])  # at T = 2 both turns are its last two
     assert simulate.wins("gridnav", seeds, blind, [2, 12], 4) == simulate.successes(
         simulate.episodes("gridnav", seeds, blind, 12, 4), [2, 12]
+    )
+
+
+def test_the_same_position_pairs_are_failed_first_errors_the_episode_played_on_from() -> None:
+    """sim_results finds a simulated base's pairs as minirl.eval.position finds a model's, and
+    scores each run's exact chances in both states."""
+    base = simulate.SimPolicy(0.6, 0.45, repeat=0.5)
+    study = simulate.sim_results("gridnav", {"base": base, "arm": base.shift(0.5)}, runs=2)
+    pairs = study.results.meta.position_pairs
+    assert len(pairs) > 50
+    for p in pairs:
+        before = simulate.fresh("gridnav", p["seed"])
+        for action in p["replies"][:-1]:
+            assert action in before.optimal_actions()  # no error before the failed one
+            before.step(action)
+        assert p["error"] == p["replies"][-1] and p["error"] not in p["optimal"]
+        assert sorted(before.optimal_actions()) == p["optimal"]
+        step = before.step(p["error"])
+        assert step.info.get("error") or step.info.get("mistake")  # it failed, not a detour
+        assert sorted(before.optimal_actions()) == p["optimal"]  # and left the agent in place
+    for label in ("base", "arm-s0", "arm-s1"):
+        scores = study.results.checkpoints[label].analysis.position
+        truth = study.truth[label]
+        assert scores.optimal_pre == truth["pos_pre"] and scores.optimal_post == truth["pos_post"]
+    # The sticky base repeats the failed action w.p. 0.5: after it, its chance is halved.
+    truth = study.truth["base"]
+    q_post = [
+        simulate.chance(simulate.context("gridnav", p["seed"], p["replies"], 12), base)
+        for p in pairs
+    ]
+    assert truth["pos_post"] == pytest.approx(q_post)
+    assert truth["pos_post"] == pytest.approx([0.5 * 0.45] * len(pairs))
+
+
+def test_a_run_s_state_noise_differs_by_state_and_not_by_policy() -> None:
+    """Two runs' noises are independent draws per kind of state; the same run's is the same for
+    every policy it is given to (a shifted copy keeps it), so paired statistics pair."""
+    a = simulate.SimPolicy(0.6, 0.6, state_sd=1.0, run="a")
+    b = simulate.SimPolicy(0.6, 0.6, state_sd=1.0, run="b")
+    draws_a = [a.q(t, e, 0.0, 12 - t, 7) for t in range(1, 9) for e in (False, True)]
+    draws_b = [b.q(t, e, 0.0, 12 - t, 7) for t in range(1, 9) for e in (False, True)]
+    assert len(set(draws_a)) == 16 and draws_a != draws_b
+    assert a.q(3, True, 0.0, 9, 7) == a.q(3, True, 0.0, 9, 7)
+    shifted = a.shift(0.4)
+    assert simulate.logit(shifted.q(3, False, 0.0, 9, 7)) == pytest.approx(
+        simulate.logit(a.q(3, False, 0.0, 9, 7)) + 0.4
     )

@@ -23,18 +23,13 @@ import tasks
 from minirl.chat import reply_ids, reply_text
 from minirl.episode import EpisodeSpec
 from minirl.eval.analysis import first_error, replay, state_at
+from minirl.eval.position import PairScore, action_probs, logit, same_position_pairs
 from minirl.eval.sampler import held_out_episodes, seeded
 from minirl.logprobs import reply_logps
 from minirl.models import load_policy
 from minirl.rollout import rollout
 from minirl.tools import error_probe
-from minirl.tools.error_probe import (
-    PairScore,
-    action_probs,
-    logit,
-    same_position_pairs,
-    summarize,
-)
+from minirl.tools.error_probe import summarize
 
 
 def test_the_pairs_are_the_failed_first_errors_the_episode_played_on_from(

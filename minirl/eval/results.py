@@ -12,6 +12,8 @@
           recovery: Recovery               success with and without an error (own episodes)
           from_errors: StateRecovery       from the fixed post-error states (minirl.eval.recovery)
           matched: DecisionQuality         on the fresh states matched to the post-error ones
+          position: PositionScores         exact chances in the same-position pairs
+                                           (minirl.eval.position)
           horizon: {"1-2": Rate, ...}      success by optimal solution length
           efficiency: {T: Efficiency}      turns used by successful episodes
           invalid_rate
@@ -72,6 +74,17 @@ class StateRecovery:
 
 
 @dataclass
+class PositionScores:
+    """Exact chances in the same-position pairs (EvalMeta.position_pairs; minirl.eval.position),
+    one entry per pair, in the pairs' order: before the failed first error and just after it."""
+
+    optimal_pre: list[float]  # P(an optimal action | the position before the error)
+    optimal_post: list[float]  # P(an optimal action | the same position after it)
+    repeat_pre: list[float]  # P(the action that then failed | before); NaN: it named no action
+    repeat_post: list[float]  # P(that action again | after)
+
+
+@dataclass
 class Recovery:
     """Success of episodes without an error, with at least one, and by the first error's turn."""
 
@@ -100,6 +113,7 @@ class Analysis:
     invalid_rate: float
     from_errors: StateRecovery | None = None  # None in files written before it existed
     matched: DecisionQuality | None = None  # on meta.matched_states (third edition on)
+    position: PositionScores | None = None  # on meta.position_pairs (None in older files)
 
 
 @dataclass
@@ -146,6 +160,9 @@ class EvalMeta:
     # instances into an easier and a harder half by it. Empty in files older than it.
     base_error_rate: list[float | None] = field(default_factory=list)
     decision_samples: int = 0  # samples per fixed state and checkpoint
+    # The same-position pairs (minirl.eval.position) from the same base episodes: {seed, replies
+    # (the post-error state's; the pre state's are these but the last), error, optimal}.
+    position_pairs: list[dict] = field(default_factory=list)
     task_text: str = "compact"  # the tasks' text (tasks.TEXTS); files older than it were compact
 
 
@@ -225,6 +242,7 @@ def _checkpoint(data: dict) -> CheckpointResult:
         invalid_rate=_number(a["invalid_rate"]),
         from_errors=_state_recovery(a["from_errors"]) if a.get("from_errors") else None,
         matched=_decision(a["matched"]) if a.get("matched") else None,
+        position=_position(a["position"]) if a.get("position") else None,
     )
     return CheckpointResult(
         path=data["path"],
@@ -243,6 +261,27 @@ def _decision(data: dict) -> DecisionQuality:
     return DecisionQuality(
         _rate(data["optimal"]), _rate(data["valid"]), list(data.get("optimal_counts", []))
     )
+
+
+def _position(data: dict) -> PositionScores:
+    """Four equally long lists of chances (null: NaN), each value checked."""
+    lists = {}
+    for name in ("optimal_pre", "optimal_post", "repeat_pre", "repeat_post"):
+        values = data.get(name)
+        if not isinstance(values, list):
+            raise ValueError(f"results.json: position.{name} is not a list")
+        lists[name] = [_chance(v, f"position.{name}") for v in values]
+    if len({len(v) for v in lists.values()}) > 1:
+        raise ValueError("results.json: the position lists differ in length")
+    return PositionScores(**lists)
+
+
+def _chance(value: object, where: str) -> float:
+    if value is None:
+        return math.nan
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise ValueError(f"results.json: {where} holds {value!r}, not a chance in [0, 1]")
+    return float(value)
 
 
 def _state_recovery(data: dict) -> StateRecovery:

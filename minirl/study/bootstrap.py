@@ -34,7 +34,7 @@ functions; tests/test_study_bootstrap.py checks it against printed tables.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -58,6 +58,9 @@ class Units:
     post_optimal: np.ndarray  # [S_p] optimal next replies of m, post-error states
     post_success: np.ndarray  # [S_p] continuations of m that succeeded (may be empty)
     matched: np.ndarray  # [S_m] optimal replies of m, fresh states matched to post-error ones
+    # [P] exact P(optimal) before each same-position pair's failed error, and just after it
+    position_pre: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    position_post: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
 @dataclass
@@ -81,6 +84,10 @@ class Design:
     post_optimal_n: np.ndarray  # [S_p] optimal actions in the state
     harder: np.ndarray  # [I] bool: the harder half of the instances for base (`harder_half`)
     pairs: np.ndarray  # [S_p, S_m]: 1 / |matches of p| where f is one of them, else 0
+    # [P] the instance of each same-position pair (minirl.eval.position), and the turn of the
+    # state before its failed error (the state after it is one turn later)
+    pair_instance: np.ndarray = field(default_factory=lambda: np.zeros(0, int))
+    pair_turn: np.ndarray = field(default_factory=lambda: np.zeros(0, int))
 
 
 def harder_half(results: EvalResults) -> np.ndarray:
@@ -109,6 +116,10 @@ def harder_half(results: EvalResults) -> np.ndarray:
 def design(results: EvalResults) -> Design:
     meta = results.meta
     index = {s: i for i, s in enumerate(meta.seeds)}
+    for p in meta.position_pairs:
+        good = isinstance(p, dict) and p.get("seed") in index
+        if not good or not isinstance(p.get("replies"), list) or not p["replies"]:
+            raise ValueError(f"results.json: the same-position pair {p!r:.80} is not one")
     post = meta.post_error_states
     pairs = np.zeros((len(post), len(meta.matched_states)))
     for p, state in enumerate(post):
@@ -131,6 +142,8 @@ def design(results: EvalResults) -> Design:
         post_repeat=np.array(
             [s.get("after") == 2 and s["replies"][-1] == s["replies"][-2] for s in post], bool
         ),
+        pair_instance=np.array([index[p["seed"]] for p in meta.position_pairs], int),
+        pair_turn=np.array([len(p["replies"]) for p in meta.position_pairs], int),
         post_optimal_n=np.array([s.get("optimal", 1) for s in post], float),
         harder=harder_half(results),
         pairs=pairs,
@@ -145,12 +158,15 @@ def units(entry: CheckpointResult) -> Units:
             "the study): evaluate again"
         )
     post = analysis.from_errors
+    position = analysis.position
     return Units(
         successes={t: np.array(c, float) for t, c in entry.successes.items()},
         fresh=np.array(analysis.decision.optimal_counts, float),
         post_optimal=np.array(post.optimal_counts if post else [], float),
         post_success=np.array(post.success_counts if post else [], float),
         matched=np.array(analysis.matched.optimal_counts if analysis.matched else [], float),
+        position_pre=np.array(position.optimal_pre if position else [], float),
+        position_post=np.array(position.optimal_post if position else [], float),
     )
 
 
@@ -179,7 +195,8 @@ def measures(u: Units, d: Design, w: np.ndarray, kind: str | None = None) -> dic
     on the easier and the harder half of the instances (`/easy`, `/hard`); post_step and
     post_success (all post-error states, or those of one kind); and, on the post-error states
     that have matches, post_m (their optimal rate) and matched (their matches' rate, each
-    post-error state's matches averaged, so every post-error state weighs the same).
+    post-error state's matches averaged, so every post-error state weighs the same). The
+    same-position pairs' exact chances are read per pair (minirl.study.claims.position_gain).
     """
     everyone = np.arange(d.instances)
     out = {f"pass1@{t}": rate(u.successes[t], d.n, everyone, w) for t in d.ts}

@@ -9,8 +9,9 @@ alike. The rules:
 0. The gate. A task where RL did not move the policy cannot say what RL improves: if no arm's
    single-step gain (log-odds of an optimal action on the random fresh states, trained arm minus
    base) differs from 0 at ALPHA / arms, every test of the task is "not testable" and leaves the
-   multiple-testing family. The base's recovery deficit is measured beside it (post-error
-   against matched fresh states, log-odds): where it is ~0 there is nothing to recover from.
+   multiple-testing family. The base's recovery deficit is measured beside it (in the same
+   position before and after a failed error, and against matched fresh states, log-odds):
+   where it is ~0 there is nothing to recover from.
 1. Budget dependence. gap(T) = Pass@(1,T)[arm] - Pass@(1,T)[base] grows with T for two reasons:
    a real need for turns, and plain compounding (a better single step is worth more over more
    turns). The null removes the second. Its simulated base (minirl.study.simulate) plays the
@@ -25,13 +26,24 @@ alike. The rules:
    error of base's real Pass@(1,T) at every T (the SE of the difference: base's bootstrap SE and
    the simulation's own); if not, the test is "not testable". The simulation's Monte-Carlo
    noise (SIM_STREAMS independent streams) is a part of the test's variance.
-2. Where RL helps (recovery). On the fixed post-error states (positions 1..h after a base
-   error) and the fresh states matched to each (same turn, distance and number of optimal
-   actions; minirl.eval.recovery), the change of the optimal-action rate in log-odds:
-       recovery = dlogit(post-error) - dlogit(matched fresh).
-   A policy that acts in a post-error state as in a fresh state like it scores 0, whatever its
-   gains depend on (turn, distance, how many actions are right); one that learned to recover
-   scores above 0.
+2. Where RL helps (recovery), in the same position. Each of base's failed first errors (a bump,
+   "nothing happens", a reply that names no action) leaves the agent where it was, so the
+   position just before the error and the one just after it differ only in the failed attempt
+   the conversation shows, and in one turn (minirl.eval.position). Every checkpoint's chance of
+   an optimal action in both is computed exactly. With D(s) the arm's log-odds minus base's in
+   state s, per pair i
+       recovery_i = [D(after_i) - D(before_i)] - [G(turn of after_i) - G(turn of before_i)]
+   where G(b) is the arm's gain in the pairs' states before the error in turn bucket b, net of
+   the instance (a fixed-effects fit, `turn_levels`), so a gain that depends on the turn alone
+   (front-loaded, or read off the turns left) does not pass for recovery. The statistic
+   is the mean over pairs. A policy whose gain depends only on where it is and when scores 0,
+   whatever its size; one that has learned to act better after a failure than its base did
+   scores above 0; one that loops more, below. The second edition's statistic,
+   dlogit(post-error) - dlogit(fresh states matched on turn, distance and number of optimal
+   actions), is kept beside it as a description, not a test: a post-error state is one where
+   base has just erred, so one where it errs more than in a matched state, and that selection
+   reads as a deficit even for a history-blind policy (lesson 7 measures it on the `tiny`
+   control).
 3. BudgetMix robustness, as the paper means it: at the budgets of BudgetMix's range, against
    the fixed arm that is best at each. First the fixed arms must specialise (the tight arm's
    lead over the generous one is larger at the range's smallest T than at its largest, at
@@ -68,6 +80,8 @@ from minirl.study.bootstrap import (
     TURN_BUCKETS,
     Design,
     Estimate,
+    Units,
+    bucket,
     design,
     draws,
     empirical_logit,
@@ -85,6 +99,8 @@ REPLICATES = 2000
 SIM_EPISODES = 16  # simulated episodes per instance of every null curve ...
 SIM_STREAMS = 4  # ... in this many independent streams (their spread is the null's MC noise)
 MIN_TRIALS = 60  # a turn bucket with fewer sampled replies pools with its later neighbours
+MIN_PAIRS = 10  # a turn bucket with fewer same-position pairs pools with its earlier neighbour
+PAIR_CLIP = 0.01  # exact chances are read in log-odds within [PAIR_CLIP, 1 - PAIR_CLIP]
 BUMP = 0.5  # log-odds step of the null's sensitivity to the measured gain
 
 Measures = dict[str, np.ndarray]
@@ -149,7 +165,8 @@ class WhereRow:
     by_kind: dict[str, Estimate]  # post_success change per kind of error
     matched_post: Estimate  # change of the optimal rate on the matched post-error states
     matched_fresh: Estimate  # ... on their matched fresh states
-    test: Test  # recovery = dlogit(post-error) - dlogit(matched fresh)
+    matched: Estimate  # dlogit(post-error) - dlogit(matched fresh): described, not tested
+    test: Test  # recovery in the same position: the arm's deficit there minus the base's
 
 
 @dataclass
@@ -178,6 +195,9 @@ class Deficit:
     balance: dict[str, dict[str, float]]  # covariate means: post-error, matched, random fresh
     unmatched_states: int  # post-error states without a match (left out)
     same_instance: float  # share of matches from the post-error state's own instance
+    position: Estimate  # logit(P(optimal) just after a failed first error) - logit(just before)
+    pairs: int  # same-position pairs (minirl.eval.position)
+    repeat: tuple[float, float]  # mean P(the failed action) before it failed, and just after
 
 
 @dataclass
@@ -208,6 +228,96 @@ class TaskFindings:
 
 def _logit(m: Measures, key: str, trials: float) -> np.ndarray:
     return empirical_logit(m[key], trials)
+
+
+def pair_logits(u: Units) -> tuple[np.ndarray, np.ndarray]:
+    """[P] log-odds of the exact chances before and after each pair's error, kept within
+    [PAIR_CLIP, 1 - PAIR_CLIP]: one pair where a peaked model's chance nears 0 must not outweigh
+    all the others (the clip is the same for every checkpoint, so equal chances stay equal)."""
+    pre = np.clip(u.position_pre, PAIR_CLIP, 1 - PAIR_CLIP)
+    post = np.clip(u.position_post, PAIR_CLIP, 1 - PAIR_CLIP)
+    return np.log(pre / (1 - pre)), np.log(post / (1 - post))
+
+
+def _pair_mean(x: np.ndarray, d: Design, w: np.ndarray) -> np.ndarray:
+    """Per replicate, the mean of a per-pair value, every pair weighted by its instance's draw."""
+    wp = w[:, d.pair_instance]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (wp @ x) / wp.sum(axis=1)
+
+
+def pair_buckets(d: Design) -> tuple[np.ndarray, np.ndarray]:
+    """[P] the turn bucket of each pair's state before and after the error (TURN_BUCKETS), where
+    a bucket with fewer than MIN_PAIRS states before an error pools with the nearest earlier one
+    that has enough (the first buckets, with the first that has): the turn correction reads the
+    arm's gain in each bucket from those states."""
+    pre = np.array([bucket(t) for t in d.pair_turn], int)
+    post = np.array([bucket(t + 1) for t in d.pair_turn], int)
+    counts = np.bincount(pre, minlength=len(TURN_BUCKETS))
+    enough = [k for k in range(len(TURN_BUCKETS)) if counts[k] >= MIN_PAIRS] or [0]
+    remap = np.array(
+        [max([e for e in enough if e <= k], default=enough[0]) for k in range(len(counts))]
+    )
+    return remap[pre], remap[post]
+
+
+def position_deficit(u: Units, d: Design, w: np.ndarray) -> np.ndarray:
+    """Per replicate, a checkpoint's deficit in the same position: the mean over the pairs of
+    logit(P(optimal) just after the failed error) - logit(just before it)."""
+    pre, post = pair_logits(u)
+    return _pair_mean(post - pre, d, w)
+
+
+def turn_levels(d_pre: np.ndarray, pre_bucket: np.ndarray, d: Design, w: np.ndarray) -> np.ndarray:
+    """[B + 1, K] the arm's gain by turn bucket in the pairs' states before the error, net of
+    the instance: per replicate, the weighted least squares fit of
+
+        D(before_i) = a_(instance of i) + g(bucket of i)          (g = 0 in the first bucket)
+
+    An instance's own level a takes out gains that differ by instance (a gain on hard instances
+    only), which a plain mean per bucket would mix into g wherever the buckets hold the hard
+    instances in unequal shares. Every pair of an instance has its instance's weight, so the
+    fit is that of the within-instance deviations (Frisch-Waugh), the same for every replicate:
+    only the small K x K normal equations are solved per replicate.
+    """
+    levels = sorted(set(pre_bucket.tolist()))
+    out = np.zeros((w.shape[0], len(TURN_BUCKETS)))
+    if len(levels) < 2:
+        return out
+    x = (pre_bucket[:, None] == np.array(levels[1:])[None, :]).astype(float)  # [P, K - 1]
+    y = d_pre.copy()
+    for i in set(d.pair_instance.tolist()):  # within-instance deviations
+        mine = d.pair_instance == i
+        x[mine] -= x[mine].mean(axis=0)
+        y[mine] -= y[mine].mean()
+    wp = w[:, d.pair_instance]  # [B + 1, P]
+    xtx = np.einsum("bp,pk,pl->bkl", wp, x, x)
+    xty = np.einsum("bp,pk,p->bk", wp, x, y)
+    ridge = 1e-9 * np.eye(len(levels) - 1)  # a bucket a replicate left empty reads 0, not NaN
+    out[:, levels[1:]] = np.linalg.solve(xtx + ridge, xty[..., None])[..., 0]
+    return out
+
+
+def position_gain(arm: Units, base: Units, d: Design, w: np.ndarray) -> np.ndarray:
+    """Per replicate, the arm's recovery gain in the same position (claim 2), turn-corrected:
+
+        mean_i [(D_after_i - D_before_i) - (g(b_after_i) - g(b_before_i))],
+
+    D the arm's log-odds minus base's in a pair's state, b a state's turn bucket, and g the
+    arm's gain by turn bucket in the states before the errors, net of the instance
+    (`turn_levels`). The state after an error is one turn later than the one before it, so a
+    gain that depends on the turn alone (front-loaded, or read off the turns left) would differ
+    between them without any skill at recovery; g takes it out.
+    """
+    a_pre, a_post = pair_logits(arm)
+    b_pre, b_post = pair_logits(base)
+    d_pre, d_post = a_pre - b_pre, a_post - b_post
+    pre_bucket, post_bucket = pair_buckets(d)
+    g = turn_levels(d_pre, pre_bucket, d, w)
+    shift = g[:, post_bucket] - g[:, pre_bucket]  # [B + 1, P]
+    wp = w[:, d.pair_instance]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (wp * (d_post - d_pre - shift)).sum(axis=1) / wp.sum(axis=1)
 
 
 def _runs(
@@ -295,7 +405,9 @@ def gate(d: Design, base: Measures, arms: dict[str, list[Measures]]) -> Gate:
     return Gate(gains, any(g.p < level for g in gains.values()))
 
 
-def deficit(results: EvalResults, d: Design, base: Measures) -> Deficit:
+def deficit(
+    results: EvalResults, d: Design, base: Measures, base_units: Units, w: np.ndarray
+) -> Deficit:
     meta = results.meta
     post, fresh = meta.post_error_states, meta.decision_states
     t_pair = _trials(d, d.matched)
@@ -314,6 +426,12 @@ def deficit(results: EvalResults, d: Design, base: Measures) -> Deficit:
     weights = [1 / len(s["matches"]) for s in paired for _ in s["matches"]]
     same = [meta.matched_states[i]["seed"] == s["seed"] for s in paired for i in s["matches"]]
     covariates = all("distance" in s for s in post + fresh)
+    scores = results.checkpoints["base"].analysis.position
+    repeats = (
+        [(a, b) for a, b in zip(scores.repeat_pre, scores.repeat_post, strict=True) if a == a]
+        if scores
+        else []
+    )
     return Deficit(
         matched=Estimate.of_runs(
             [_logit(base, "post_m", t_pair) - _logit(base, "matched", t_pair)],
@@ -334,6 +452,14 @@ def deficit(results: EvalResults, d: Design, base: Measures) -> Deficit:
         else {},
         unmatched_states=len(post) - len(paired),
         same_instance=float(np.average(same, weights=weights)) if same else math.nan,
+        position=Estimate.of_runs([position_deficit(base_units, d, w)], instances=d.instances)
+        if base_units.position_pre.size == d.pair_instance.size
+        else Estimate.nan(),
+        pairs=len(meta.position_pairs),
+        repeat=(
+            float(np.mean([a for a, _ in repeats])) if repeats else math.nan,
+            float(np.mean([b for _, b in repeats])) if repeats else math.nan,
+        ),
     )
 
 
@@ -523,13 +649,25 @@ def where_rows(
     base: Measures,
     arms: dict[str, list[Measures]],
     by_kind: dict[str, tuple[Measures, dict[str, list[Measures]]]],
+    per_run: dict[str, list[Units]],
+    w: np.ndarray,
 ) -> dict[str, WhereRow]:
-    """Single-step and post-error changes, and the matched recovery test, per arm (claim 2)."""
+    """Single-step and post-error changes, and the same-position recovery test (claim 2)."""
     t_pair = _trials(d, d.matched)
-    no_pairs = "" if d.matched.any() else "no post-error state has a matched fresh state"
+    no_pairs = "" if d.pair_instance.size else "no failed first error of base to pair"
+    base_units = per_run["base"][0]
+    if not no_pairs and any(
+        u.position_pre.size != d.pair_instance.size for us in per_run.values() for u in us
+    ):
+        no_pairs = "these results hold no same-position scores (evaluated before they existed)"
     rows = {}
     for arm, runs in arms.items():
-        recovery = [
+        gains = (
+            [position_gain(u, base_units, d, w) for u in per_run[arm]]
+            if not no_pairs
+            else [np.full(w.shape[0], math.nan)]
+        )
+        matched = [
             _logit(m, "post_m", t_pair)
             - _logit(base, "post_m", t_pair)
             - (_logit(m, "matched", t_pair) - _logit(base, "matched", t_pair))
@@ -545,11 +683,12 @@ def where_rows(
             },
             matched_post=_runs(runs, "post_m", base, d.instances),
             matched_fresh=_runs(runs, "matched", base, d.instances),
+            matched=Estimate.of_runs(matched, instances=d.instances),
             test=Test(
                 "recovery",
                 task,
                 arm,
-                Estimate.of_runs(recovery, instances=d.instances),
+                Estimate.of_runs(gains, instances=d.instances),
                 untestable=no_pairs,
             ),
         )
@@ -681,10 +820,10 @@ def analyse_results(
             for a, m in measured.items()
         },
         gate=gate(d, base, trained),
-        deficit=deficit(results, d, base),
+        deficit=deficit(results, d, base, per_run["base"][0], w),
         check=check,
         budget=rows,
-        where=where_rows(task, d, base, trained, by_kind),
+        where=where_rows(task, d, base, trained, by_kind, per_run, w),
         robust=robust_row(task, d, main, mix_range),
         process=process_test(task, d, trained),
         kinds={k: d.post_kind.count(k) for k in kinds},
@@ -726,8 +865,9 @@ def base_deficit(results_path: Path, replicates: int = REPLICATES) -> Deficit:
     """The recovery deficit of the base evaluated in a results file (section 0 of the report)."""
     results = load_results(results_path)
     d = design(results)
-    base = measures(units(results.checkpoints["base"]), d, draws(d.instances, replicates))
-    return deficit(results, d, base)
+    w = draws(d.instances, replicates)
+    base_units = units(results.checkpoints["base"])
+    return deficit(results, d, measures(base_units, d, w), base_units, w)
 
 
 def signed(x: float, se: float | None = None) -> str:

@@ -216,12 +216,15 @@ def gate_section(found: dict[str, TaskFindings], control: dict[str, TaskFindings
         "The gate: each arm's single-step gain, the change in log-odds of an optimal action on "
         "the random fresh states, with the smallest gain the study could detect. A task where "
         f"no arm's gain differs from 0 (at {ALPHA} / arms) is not testable: RL did not move "
-        "the policy there. The deficit: the base's log-odds of an optimal action in the "
-        "post-error states minus in their matched fresh states (same turn, distance and number "
-        "of optimal actions); below 0, the base acts worse after an error than in like states, "
-        "and has something to recover from. Beside it, the second edition's comparison with "
-        "random fresh states, which differ in more than the error (the covariate means show "
-        "how).",
+        "the policy there. The deficit, in the same position: the base's log-odds of an optimal "
+        "action just after each failed first error of its own minus just before it, where "
+        "nothing but the failed attempt differs (exact chances, minirl/eval/position.py); "
+        "below 0, the base acts worse after a failure, and has something to recover from. "
+        "Beside it P(repeat), its chance of playing the failed action again, and two "
+        "comparisons with other states: with the post-error states' matched fresh states (same "
+        "turn, distance and number of optimal actions) and with random fresh states. Both carry "
+        "selection (a post-error state is one where the base has just erred), which the control "
+        "base, uniform noise with no reason to act differently after an error, shows.",
         "",
     ]
     for task, f in found.items():
@@ -241,6 +244,9 @@ def gate_section(found: dict[str, TaskFindings], control: dict[str, TaskFindings
         rows = [
             [
                 f"{name} ({x.results.meta.model})",
+                x.deficit.position.text(),
+                f"{fmt(x.deficit.repeat[0])} → {fmt(x.deficit.repeat[1])}",
+                str(x.deficit.pairs),
                 x.deficit.matched.text(),
                 x.deficit.unmatched.text(),
                 fmt(x.deficit.post.value, x.deficit.post.se),
@@ -251,6 +257,9 @@ def gate_section(found: dict[str, TaskFindings], control: dict[str, TaskFindings
         ]
         header = [
             "base",
+            "deficit, same position",
+            "P(repeat) before → after",
+            "pairs",
             "deficit, matched",
             "vs random fresh",
             "optimal, post-error",
@@ -356,10 +365,12 @@ def where_section(found: dict[str, TaskFindings], plots: dict[str, dict[str, str
         "actions after its first error, so a policy that gets back on track one move late is "
         "seen), and for each post-error state its matched fresh states, with the same turn, "
         "distance to the goal and number of optimal actions (minirl/eval/recovery.py). The "
-        "test is dlogit(post-error) − dlogit(matched fresh): a policy that acts after an error "
-        "as it acts in like fresh states scores 0. Success from the post-error states within "
-        "the turns left is reported beside it (it compounds single-step gains, so no verdict "
-        "reads it).",
+        "test is in the same position (section 0's pairs): recovery = the arm's deficit there "
+        "minus the base's, each from exact chances, so a policy that reads only where it is "
+        "scores 0 whatever its single-step gain. The second edition's dlogit(post-error) − "
+        "dlogit(matched fresh) is shown beside it as a description, not a test (it carries "
+        "selection; section 0). Success from the post-error states within the turns left is "
+        "reported too (it compounds single-step gains, so no verdict reads it).",
         "",
     ]
     names = {
@@ -391,7 +402,10 @@ def where_section(found: dict[str, TaskFindings], plots: dict[str, dict[str, str
             ]
             lines += [*table(header, kind_rows), ""]
         for row in f.where.values():
-            lines.append(f"- {verdict(row.test, 'dlogit(post-error) − dlogit(matched fresh)')}.")
+            lines.append(
+                f"- {verdict(row.test, 'the deficit in the same position, minus base’s')} "
+                f"(matched states, not tested: {row.matched.text()})."
+            )
         old = f.results.checkpoints
         lines.append(
             "- For comparison, the first edition's \"success after an error\" over each arm's "

@@ -110,6 +110,7 @@ class RunSummary:
 
     config: dict[str, dict]
     steps: int | None = None  # written when the run finished
+    base_model: str = ""  # the base the flags loaded (minirl.models.base_identity); "": older
 
 
 @dataclass
@@ -161,6 +162,7 @@ def arm_config(args: StudyArgs, task: str, arm: Arm, seed: int, output_dir: Path
 def train_missing(cfg: Config, progress: bool) -> str:
     """Train `cfg` unless its run finished before with the same config; resume a run that was cut
     short (or that --max_steps now asks to go further); refuse one trained with other flags."""
+    from minirl.models import base_identity
     from minirl.trainer import train  # the study is one of the loop's three callers
 
     out = Path(cfg.output_dir)
@@ -176,6 +178,13 @@ def train_missing(cfg: Config, progress: bool) -> str:
             raise ConfigError(
                 f"{out} was trained with other settings: {', '.join(changes)}; run the study "
                 "with the flags it was started with, or give a new --output"
+            )
+        then, now = summary["base_model"], base_identity(cfg.model.model, cfg.task.task)
+        if then != now:
+            raise ConfigError(
+                f"{out} was trained on another base than --model {cfg.model.model} loads now "
+                f"(then {then or 'not recorded: trained before runs recorded it'}, now {now}); "
+                "give a new --output, or delete the run to train it again"
             )
         steps = summary["steps"] or 0
         if steps > cfg.grpo.max_steps:

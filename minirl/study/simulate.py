@@ -56,6 +56,7 @@ from minirl.eval.results import (
     DecisionQuality,
     EvalMeta,
     EvalResults,
+    PositionScores,
     Rate,
     Recovery,
     StateRecovery,
@@ -81,6 +82,15 @@ def difficulty(seed: int) -> float:
     return random.Random(f"difficulty/{seed}").gauss(0.0, 1.0)
 
 
+STATE_SD = 0.5  # a training run's state-to-state log-odds noise (sim_results)
+
+
+@functools.lru_cache(maxsize=1 << 18)
+def state_noise(run: str, seed: int, turn: int, erred: bool) -> float:
+    """A training run's own N(0, 1) draw for one kind of state (instance, turn, error behind it)."""
+    return random.Random(f"state/{run}/{seed}/{turn}/{erred}").gauss(0.0, 1.0)
+
+
 @dataclass(frozen=True)
 class SimPolicy:
     """A simulated policy (see the module docstring for what each field adds)."""
@@ -98,6 +108,8 @@ class SimPolicy:
     patient: float = 0.0
     rate: float = 0.0
     repeat: float = 0.0
+    state_sd: float = 0.0  # a run's own log-odds noise per (instance, turn, error behind it) ...
+    run: str = ""  # ... drawn from this run's stream (state_noise)
 
     def shift(self, d: float, post_only: bool = False) -> SimPolicy:
         """A policy whose log-odds of the optimal action rise by d (after errors only)."""
@@ -121,6 +133,8 @@ class SimPolicy:
             x += self.turn_harder[min(turn, len(self.turn_harder)) - 1]
         x += self.spread * z + self.early * (turn == 1) + self.hard * (z < 0)
         x += self.hurry * (left <= 2) + self.patient * (left >= 6)
+        if self.state_sd:
+            x += self.state_sd * state_noise(self.run, seed, turn, erred)
         x += self.rate * (1 - sigmoid(x))
         return sigmoid(x)
 
@@ -320,10 +334,11 @@ def fixed_states(
     matches: int,
     rng: random.Random,
     stream: int,
-) -> tuple[list[dict], list[dict], list[dict], list[float]]:
+) -> tuple[list[dict], list[dict], list[dict], list[float], list[dict]]:
     """The fixed states, drawn from base episodes as minirl.compare draws them: random fresh
     states, post-error states at positions 1..recovery_horizon, and their matched fresh states;
-    and base's error rate per turn on each instance in these episodes (EvalMeta.base_error_rate)."""
+    base's error rate per turn on each instance in these episodes (EvalMeta.base_error_rate);
+    and the same-position pairs of their failed first errors (EvalMeta.position_pairs)."""
     played = episodes(task, seeds, base, horizon_t, state_episodes, stream=stream)
     pool, post = [], []
     for s, row in zip(seeds, played, strict=True):
@@ -365,7 +380,38 @@ def fixed_states(
         for k in picks
     ]
     matched = [state(*pool[i], pool_cov[i]) for i in chosen]
-    return decision, post_error, matched, [error_rate[s] for s in seeds]
+    pairs = [
+        pair
+        for s, row in zip(seeds, played, strict=True)
+        for e in row
+        if (pair := _pair(task, s, e)) is not None
+    ]
+    return decision, post_error, matched, [error_rate[s] for s in seeds], pairs
+
+
+def _pair(task: str, seed: int, e: SimEpisode) -> dict | None:
+    """The episode's same-position pair, as minirl.eval.position.same_position_pairs finds a
+    model's: a failed first error (not a detour) the episode played on from, after which the
+    optimal actions and the distance are what they were, where not every action is optimal."""
+    j = e.first_error
+    if j is None or j >= len(e.actions) or e.error_kind == "detour":
+        return None
+    before, after = fresh(task, seed), fresh(task, seed)
+    for action in e.actions[: j - 1]:
+        before.step(action)
+    for action in e.actions[:j]:
+        after.step(action)
+    optimal = set(before.optimal_actions())
+    if optimal != set(after.optimal_actions()) or before.distance() != after.distance():
+        return None
+    if optimal >= set(before.action_words):
+        return None
+    return {
+        "seed": seed,
+        "replies": list(e.actions[:j]),
+        "error": e.actions[j - 1],
+        "optimal": sorted(optimal),
+    }
 
 
 def sim_results(
@@ -374,6 +420,7 @@ def sim_results(
     *,
     runs: int = 5,
     seed_sd: float = 0.1,
+    state_sd: float = STATE_SD,
     instances: int = 60,
     n: int = 4,
     ts: Sequence[int] = (2, 4, 8, 12),
@@ -389,16 +436,20 @@ def sim_results(
     """An evaluation of simulated checkpoints, shaped like minirl.compare's, at these sizes.
 
     `arms` maps "base" and each trained arm to its policy; a trained arm gets `runs` runs (its
-    training seeds), each the arm's policy with its log-odds moved by N(0, seed_sd), uniformly,
-    so the seed spread carries no skill. As in the real evaluation, the fixed states come from
-    base episodes, once, and every run is asked in the same states; each run's episodes use
-    their own dice, as two real checkpoints do. Without `continuations` no run plays on from
-    the post-error states (success from them, descriptive only, is then missing).
+    training seeds), each the arm's policy with its log-odds moved by N(0, seed_sd) uniformly,
+    and by N(0, state_sd) drawn apart for each kind of state (instance, turn, error behind it or
+    not): two real seeds differ state by state, not by one shift, yet on average the spread
+    carries no skill. (A uniform shift alone would cancel exactly in the same-position test,
+    whose chances are exact, and leave it no seed spread at all.) As in the real evaluation,
+    the fixed states come from base episodes, once, and every run is asked in the same states;
+    each run's episodes use their own dice, as two real checkpoints do. Without `continuations`
+    no run plays on from the post-error states (success from them, descriptive only, is then
+    missing).
     """
     rng = random.Random(f"sim/{task}/{seed}")
     seeds = list(tasks.EVAL_SEEDS[:instances])
     horizon = max(ts)
-    decision, post, matched, error_rate = fixed_states(
+    decision, post, matched, error_rate, pairs = fixed_states(
         task,
         arms["base"],
         seeds,
@@ -415,6 +466,9 @@ def sim_results(
         part: [context(task, s["seed"], s["replies"], horizon) for s in states]
         for part, states in (("fresh", decision), ("post", post), ("matched", matched))
     }
+    # The same-position pairs: the state before the failed error, and the one just after it.
+    contexts["pos_pre"] = [context(task, p["seed"], p["replies"][:-1], horizon) for p in pairs]
+    contexts["pos_post"] = [context(task, p["seed"], p["replies"], horizon) for p in pairs]
     meta = EvalMeta(
         task=task,
         model="simulated",
@@ -436,6 +490,7 @@ def sim_results(
         matched_states=matched,
         base_error_rate=error_rate,
         decision_samples=samples,
+        position_pairs=pairs,
     )
     study = SimStudy(EvalResults(meta))
     for arm, policy in arms.items():
@@ -443,14 +498,20 @@ def sim_results(
         if arm != "base":
             study.arms[arm] = labels
         for label in labels:
-            run = policy if arm == "base" else policy.shift(rng.gauss(0.0, seed_sd))
+            run = policy
+            if arm != "base":  # the run's noise is drawn apart from `rng`: the dice stay the same
+                noise = {"state_sd": state_sd, "run": f"{seed}/{label}"}
+                run = dataclasses.replace(policy.shift(rng.gauss(0.0, seed_sd)), **noise)
             stream = rng.randrange(1 << 30)
             played = episodes(task, seeds, run, horizon, n, stream=stream)
             won = wins(task, seeds, run, ts, n, stream) if run.budget_aware else None
             dice = random.Random(stream)
             truth = {part: [chance(c, run) for c in cs] for part, cs in contexts.items()}
             study.truth[label] = truth
-            optimal = {part: [_count(dice, q, samples) for q in qs] for part, qs in truth.items()}
+            optimal = {
+                part: [_count(dice, q, samples) for q in truth[part]]
+                for part in ("fresh", "post", "matched")
+            }
             cont = [
                 [play(task, s["seed"], run, horizon, dice, s["replies"]) for _ in range(samples)]
                 for s in (post if continuations else [])
@@ -458,6 +519,12 @@ def sim_results(
             won = won or successes(played, ts)
             study.results.checkpoints[label] = _checkpoint(
                 played, won, optimal, cont, post, samples
+            )
+            # Exact, as the real evaluation's scores of the pairs are (no sampling); P(repeat)
+            # is not simulated.
+            unknown = [math.nan] * len(pairs)
+            study.results.checkpoints[label].analysis.position = PositionScores(
+                truth["pos_pre"], truth["pos_post"], unknown, unknown
             )
     return study
 

@@ -5,24 +5,13 @@ deficit against *other* states matched on turn, distance and optimal actions
 (minirl.eval.recovery); this probe measures it against the one state that differs from the
 post-error state in nothing but the error: **the same position, one turn earlier**.
 
-**Pairs.** In the base's own episodes on held-out instances, take each episode's first error. When
-it was a *failed* action (a bump into a wall, "nothing happens", a reply that names no action),
-the world is where it was: the same position, the same optimal actions, the same distance to go.
-The pair is
-
-    pre   the conversation just before the error (a fresh state: no error behind it)
-    post  the conversation just after it: the same position, plus the failed attempt and what
-          the environment said about it (and one turn less left)
-
-Detours (a move that worked but was not on a shortest path) change the position, so they make no
-pair. A policy that reads only where it is acts alike in both; one that loops acts worse in
-`post` and repeats the failed action; one that has learned to recover acts better there.
-
-**Scores.** Every action the task allows is scored exactly in both states by the model's own
-log-probabilities of its reply tokens (minirl.logprobs.reply_logps), renormalized over the
-actions, so there is no sampling noise:
-
-    P(optimal | s) = sum over optimal a of exp(log p(a | s)) / sum over all a of exp(log p(a | s))
+**Pairs and scores** (minirl.eval.position). In the base's own episodes on held-out instances,
+take each episode's first error. When it was a *failed* action (a bump into a wall, "nothing
+happens", a reply that names no action), the world is where it was, so the state just before it
+(`pre`) and the state just after it (`post`) are the same position; the second adds only the
+failed attempt and what the environment said about it (and one turn less left). Detours make no
+pair. Every action is scored exactly in both states (log-probabilities of its reply tokens,
+renormalized over the actions): no sampling noise.
 
 **The statistic** is on the study's scale: the change in log-odds of the mean rates,
 
@@ -39,8 +28,11 @@ Why a second measure beside the study's: a post-error state is a position where 
 just erred, so it is one where this policy errs more than in a typical state with the same key. A
 comparison with other matched states reads that as a deficit even for a policy that ignores its
 history entirely; here both states share it. It needs no sampling and no matches, so 60 instances
-give a standard error several times smaller than the study's (tutorials/measured.md). What it
-cannot see: errors that move the agent (detours), and any effect of the one turn less left.
+give a standard error several times smaller than the matched one (tutorials/measured.md). What it
+cannot see: errors that move the agent (detours), and any effect of the one turn less left. The
+study's recovery test (minirl.study.claims, claim 2) reads the same pairs, scored for every
+checkpoint by the evaluation, per pair and corrected for that one turn; this probe is the quick
+look at one model.
 
     python -m minirl.tools.error_probe --model tiny-sticky --task gridnav
     python -m minirl.tools.error_probe --model tiny --task gridnav --adapter runs/fixed-T12
@@ -69,20 +61,13 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from transformers.hf_argparser import HfArg
 
 import tasks
-from minirl.chat import reply_ids, reply_text, resolve_task_text
+from minirl.chat import resolve_task_text
 from minirl.config import MAX_TURNS, HeldOut, ReplyTokens
-from minirl.episode import Episode, EpisodeSpec
-from minirl.eval.analysis import first_error, replay, state_at
-from minirl.eval.recovery import error_kind
+from minirl.eval.position import CLIP, PairScore, logit, same_position_pairs, score
 from minirl.eval.sampler import held_out_episodes
 from minirl.infra.cli import ArgParser, run_cli
 from minirl.infra.errors import ConfigError
 from minirl.infra.validation import check_fields, parse_ints
-from minirl.logprobs import reply_logps
-
-# Log-odds are taken of probabilities kept this far from 0 and 1 (a renormalized softmax never
-# reaches them, but float32 rounding can).
-CLIP = 1e-6
 
 
 @dataclass
@@ -122,27 +107,6 @@ class ProbeArgs:
 
 
 @dataclass
-class Pair:
-    """The same position just before and just after a failed first error."""
-
-    pre: EpisodeSpec
-    post: EpisodeSpec
-    error: str | None  # the failed action; None for a reply that named no action
-    optimal: frozenset[str]  # the oracle-optimal actions there: the same in both states
-
-
-@dataclass
-class PairScore:
-    """The model's action distribution in both states of a pair, summarized."""
-
-    seed: int  # the instance: pairs of one instance are one cluster of the standard error
-    optimal_pre: float  # P(optimal | pre)
-    optimal_post: float  # P(optimal | post)
-    repeat_pre: float  # P(the action that then failed | pre); nan for an invalid reply
-    repeat_post: float  # P(that action again | post)
-
-
-@dataclass
 class PositionDeficit:
     """The statistic of the module docstring, with what it is made of."""
 
@@ -167,74 +131,6 @@ class PositionDeficit:
         if not math.isnan(self.gain):
             said += f"; recovery gain over the base {self.gain:+.3f} ± {self.gain_se:.3f}"
         return said
-
-
-def logit(p: float) -> float:
-    p = min(max(p, CLIP), 1 - CLIP)
-    return math.log(p / (1 - p))
-
-
-def same_position_pairs(episodes: list[Episode], task_text: str = "compact") -> list[Pair]:
-    """One pair per episode whose first error was a failed action the episode played on from.
-
-    A failed action leaves the world as it was; the check on the optimal actions and the distance
-    makes sure of it (fog's unseen walls, for instance, are learned by bumping, but the oracle
-    knows the map, so its view of the position does not change). States where every action is
-    optimal say nothing about the choice and are left out.
-    """
-    pairs = []
-    for episode in episodes:
-        j = first_error(episode)  # 1-based turn of the first error
-        if j is None or j >= episode.turns_used:  # no error, or the episode ended with it
-            continue
-        if error_kind(episode, j - 1, task_text) == "detour":  # it moved: no same position
-            continue
-        pre, post = state_at(episode, j - 1), state_at(episode, j)
-        before, after = replay(pre, task_text), replay(post, task_text)
-        optimal = frozenset(before.optimal_actions())
-        if optimal != frozenset(after.optimal_actions()) or before.distance() != after.distance():
-            continue
-        if optimal >= set(before.action_words):
-            continue
-        pairs.append(Pair(pre, post, episode.turns[j - 1].action, optimal))
-    return pairs
-
-
-def action_probs(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, state: EpisodeSpec, env: tasks.Env
-) -> dict[str, float]:
-    """P(a | state) for every action a the task allows, renormalized over them (exact)."""
-    words = env.action_words
-    candidates = [reply_ids(tokenizer, reply_text(env, w)) for w in words]
-    logps = reply_logps(model, list(state.prompt_ids), candidates)
-    top = max(logps)
-    weights = [math.exp(lp - top) for lp in logps]  # shifted so that none underflows
-    total = sum(weights)
-    return {w: x / total for w, x in zip(words, weights, strict=True)}
-
-
-def score(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    pairs: list[Pair],
-    task_text: str = "compact",
-) -> list[PairScore]:
-    """Both states of every pair, scored exactly."""
-    scores = []
-    for pair in pairs:
-        env = tasks.make(pair.pre.task, text=task_text)
-        pre = action_probs(model, tokenizer, pair.pre, env)
-        post = action_probs(model, tokenizer, pair.post, env)
-        scores.append(
-            PairScore(
-                seed=pair.pre.seed,
-                optimal_pre=sum(pre[a] for a in pair.optimal),
-                optimal_post=sum(post[a] for a in pair.optimal),
-                repeat_pre=pre[pair.error] if pair.error else math.nan,
-                repeat_post=post[pair.error] if pair.error else math.nan,
-            )
-        )
-    return scores
 
 
 def _influences(scores: list[PairScore]) -> tuple[float, list[float]]:

@@ -83,7 +83,8 @@ def match_states(
 def same_position_deficit(
     before: list[float], after: list[float], instances: list[int]
 ) -> tuple[float, float]:
-    from minirl.tools.error_probe import PairScore, summarize
+    from minirl.eval.position import PairScore
+    from minirl.tools.error_probe import summarize
 
     found = summarize(
         [
