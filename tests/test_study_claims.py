@@ -234,6 +234,10 @@ def test_the_same_position_gain_by_hand_and_against_a_fixed_effects_fit() -> Non
     for r in (0, 7, 19):
         by_hand = gain_by_hand(arm_pre - base_pre, arm_post - base_post, d, w[r])
         assert gain[r] == pytest.approx(by_hand, abs=1e-8)
+    # Without the turn correction: the plain weighted mean of D_after - D_before.
+    plain = position_gain(_pair_units(arm_pre, arm_post), base, d, w, by_turn=False)
+    change = (arm_post - base_post) - (arm_pre - base_pre)
+    assert plain[3] == pytest.approx(np.average(change, weights=w[3, d.pair_instance]))
 
 
 def test_sparse_turn_buckets_pool_with_an_earlier_one() -> None:

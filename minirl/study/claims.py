@@ -166,6 +166,7 @@ class WhereRow:
     matched_post: Estimate  # change of the optimal rate on the matched post-error states
     matched_fresh: Estimate  # ... on their matched fresh states
     matched: Estimate  # dlogit(post-error) - dlogit(matched fresh): described, not tested
+    uncorrected: Estimate  # the same-position gain without the turn correction: described
     test: Test  # recovery in the same position: the arm's deficit there minus the base's
 
 
@@ -298,7 +299,9 @@ def turn_levels(d_pre: np.ndarray, pre_bucket: np.ndarray, d: Design, w: np.ndar
     return out
 
 
-def position_gain(arm: Units, base: Units, d: Design, w: np.ndarray) -> np.ndarray:
+def position_gain(
+    arm: Units, base: Units, d: Design, w: np.ndarray, by_turn: bool = True
+) -> np.ndarray:
     """Per replicate, the arm's recovery gain in the same position (claim 2), turn-corrected:
 
         mean_i [(D_after_i - D_before_i) - (g(b_after_i) - g(b_before_i))],
@@ -307,14 +310,17 @@ def position_gain(arm: Units, base: Units, d: Design, w: np.ndarray) -> np.ndarr
     arm's gain by turn bucket in the states before the errors, net of the instance
     (`turn_levels`). The state after an error is one turn later than the one before it, so a
     gain that depends on the turn alone (front-loaded, or read off the turns left) would differ
-    between them without any skill at recovery; g takes it out.
+    between them without any skill at recovery; g takes it out. `by_turn=False` leaves g out:
+    the report shows that reading too (less noisy, as g is fitted, but not free of the turn).
     """
     a_pre, a_post = pair_logits(arm)
     b_pre, b_post = pair_logits(base)
     d_pre, d_post = a_pre - b_pre, a_post - b_post
     pre_bucket, post_bucket = pair_buckets(d)
-    g = turn_levels(d_pre, pre_bucket, d, w)
-    shift = g[:, post_bucket] - g[:, pre_bucket]  # [B + 1, P]
+    shift: np.ndarray | float = 0.0
+    if by_turn:
+        g = turn_levels(d_pre, pre_bucket, d, w)
+        shift = g[:, post_bucket] - g[:, pre_bucket]  # [B + 1, P]
     wp = w[:, d.pair_instance]
     with np.errstate(invalid="ignore", divide="ignore"):
         return (wp * (d_post - d_pre - shift)).sum(axis=1) / wp.sum(axis=1)
@@ -662,10 +668,12 @@ def where_rows(
         no_pairs = "these results hold no same-position scores (evaluated before they existed)"
     rows = {}
     for arm, runs in arms.items():
-        gains = (
-            [position_gain(u, base_units, d, w) for u in per_run[arm]]
+        nan = [np.full(w.shape[0], math.nan)]
+        gains = [position_gain(u, base_units, d, w) for u in per_run[arm]] if not no_pairs else nan
+        raw = (
+            [position_gain(u, base_units, d, w, by_turn=False) for u in per_run[arm]]
             if not no_pairs
-            else [np.full(w.shape[0], math.nan)]
+            else nan
         )
         matched = [
             _logit(m, "post_m", t_pair)
@@ -684,6 +692,7 @@ def where_rows(
             matched_post=_runs(runs, "post_m", base, d.instances),
             matched_fresh=_runs(runs, "matched", base, d.instances),
             matched=Estimate.of_runs(matched, instances=d.instances),
+            uncorrected=Estimate.of_runs(raw, instances=d.instances),
             test=Test(
                 "recovery",
                 task,

@@ -6,10 +6,12 @@ minirl.study.power; the rules' behaviour on simulated truths from minirl.study.v
 plots from minirl.study.plots. This module only lays them out:
     what it shows         -> the verdicts counted: shown, the opposite, neither, not testable
     power and the rules   -> planned standard errors, and the rules on simulated truths
-    0. gate and deficit   -> did RL move each task; each base's recovery deficit, matched
+    0. gate and deficit   -> did RL move each task; each base's recovery deficit, in the same
+                             position and matched
     verdicts at a glance  -> one row per test: statistic, df, adjusted p, detectable, verdict
     1. budget dependence  -> the null's check, then each arm's gap, null and excess
-    2. where RL helps     -> random fresh, matched post-error and matched fresh rates, by kind
+    2. where RL helps     -> random fresh, matched post-error and matched fresh rates, by kind;
+                             the same-position recovery test
     3. robustness         -> the fixed arms' specialisation, BudgetMix against the best per T
     4. process rewards    -> the process arm against BudgetMix
 and ends with links to every results file and the time each part took.
@@ -365,9 +367,13 @@ def where_section(found: dict[str, TaskFindings], plots: dict[str, dict[str, str
         "actions after its first error, so a policy that gets back on track one move late is "
         "seen), and for each post-error state its matched fresh states, with the same turn, "
         "distance to the goal and number of optimal actions (minirl/eval/recovery.py). The "
-        "test is in the same position (section 0's pairs): recovery = the arm's deficit there "
-        "minus the base's, each from exact chances, so a policy that reads only where it is "
-        "scores 0 whatever its single-step gain. The second edition's dlogit(post-error) − "
+        "test is in the same position (section 0's pairs), from exact chances: per pair, the "
+        "arm's change of log-odds against base just after the failed error minus just before "
+        "it, less the arm's gain difference between the two states' turns (fitted on the "
+        "states before the errors, one level per instance), averaged over the pairs. A policy "
+        "whose gain depends only on where it is and when scores 0, whatever its size; one that "
+        "acts better after a failure than its base did, above 0. The second edition's "
+        "dlogit(post-error) − "
         "dlogit(matched fresh) is shown beside it as a description, not a test (it carries "
         "selection; section 0). Success from the post-error states within the turns left is "
         "reported too (it compounds single-step gains, so no verdict reads it).",
@@ -404,7 +410,8 @@ def where_section(found: dict[str, TaskFindings], plots: dict[str, dict[str, str
         for row in f.where.values():
             lines.append(
                 f"- {verdict(row.test, 'the deficit in the same position, minus base’s')} "
-                f"(matched states, not tested: {row.matched.text()})."
+                f"(not tested: without the turn correction {row.uncorrected.text()}; on "
+                f"matched states {row.matched.text()})."
             )
         old = f.results.checkpoints
         lines.append(
