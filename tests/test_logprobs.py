@@ -117,3 +117,27 @@ def test_sequence_logps_runs_the_model() -> None:
 
     got = sequence_logps(model, ids, torch.ones_like(ids), 1.0)  # type: ignore[arg-type]
     assert torch.allclose(got, token_logps(logits, ids, 1.0))
+
+
+@pytest.mark.parametrize("name", ["tiny", "smollm2"])
+def test_reply_logps_many_equal_one_state_at_a_time(name: str, quick_tiny_path: str) -> None:
+    """Shared right-padded forwards (the study scores every checkpoint in every same-position
+    pair this way) give each reply the log-prob it has alone, on tiny and on a chat model
+    (float32: bf16 rounding differs between batch shapes), and a small token budget splits the
+    states into several forwards without changing a number."""
+    from minirl.chat import reply_ids
+    from minirl.logprobs import reply_logps, reply_logps_many
+    from minirl.models import load_policy
+
+    model, tok = load_policy(quick_tiny_path if name == "tiny" else name, "none", dtype="float32")
+    model.eval()
+    words = (" up", " down", " left", " right wall")
+    replies = [reply_ids(tok, w) for w in words]
+    prompt = tok(" the room is dark and a door is north ; you bumped").input_ids
+    states = [(prompt[: 6 + 5 * k], replies[: 2 + k % 3]) for k in range(5)]  # unequal lengths
+    alone = [reply_logps(model, context, r) for context, r in states]
+    for budget in (4096, 40):
+        together = reply_logps_many(model, states, max_tokens=budget)
+        assert [len(x) for x in together] == [len(r) for _, r in states]
+        for got, want in zip(together, alone, strict=True):
+            assert got == pytest.approx(want, abs=2e-4)
