@@ -175,9 +175,15 @@ def reply_ids(tokenizer: PreTrainedTokenizerBase, reply: str) -> list[int]:
 def reply_text(env: tasks.Env, action: str) -> str:
     """What the model writes for `action` after the reply prefix: " 8" after "Action:", or "8".
 
-    The probes (minirl.tools) score each action as `reply_ids(tokenizer, reply_text(env, a))`.
+    The probes (minirl.tools) and the study's same-position scores (minirl.eval.position) score
+    each action's reply as `action_replies` writes it.
     """
     return f" {action}" if env.natural else action
+
+
+def action_replies(tokenizer: PreTrainedTokenizerBase, env: tasks.Env) -> list[list[int]]:
+    """The written reply of every action the task allows, in `env.action_words`' order."""
+    return [reply_ids(tokenizer, reply_text(env, w)) for w in env.action_words]
 
 
 @dataclass

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 import tasks
-from minirl.chat import reply_ids, reply_text
+from minirl.chat import action_replies
 from minirl.episode import Episode, EpisodeSpec
 from minirl.eval.analysis import first_error, replay, state_at
 from minirl.eval.recovery import error_kind
@@ -100,9 +100,8 @@ def action_probs(
     model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, state: EpisodeSpec, env: tasks.Env
 ) -> dict[str, float]:
     """P(a | state) for every action a the task allows, renormalized over them (exact)."""
-    words = env.action_words
-    candidates = [reply_ids(tokenizer, reply_text(env, w)) for w in words]
-    return _renormalized(words, reply_logps(model, list(state.prompt_ids), candidates))
+    candidates = action_replies(tokenizer, env)
+    return _renormalized(env.action_words, reply_logps(model, list(state.prompt_ids), candidates))
 
 
 def _renormalized(words: list[str] | tuple[str, ...], logps: list[float]) -> dict[str, float]:
@@ -122,8 +121,8 @@ def score(
     if not pairs:
         return []
     env = tasks.make(pairs[0].pre.task, text=task_text)  # one task's pairs: one action list
-    words = list(env.action_words)
-    candidates = [reply_ids(tokenizer, reply_text(env, w)) for w in words]
+    words = env.action_words
+    candidates = action_replies(tokenizer, env)
     states = [(list(s.prompt_ids), candidates) for p in pairs for s in (p.pre, p.post)]
     logps = reply_logps_many(model, states)
     scores = []

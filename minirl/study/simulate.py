@@ -396,15 +396,14 @@ def _pair(task: str, seed: int, e: SimEpisode) -> dict | None:
     j = e.first_error
     if j is None or j >= len(e.actions) or e.error_kind == "detour":
         return None
-    before, after = fresh(task, seed), fresh(task, seed)
+    env = fresh(task, seed)
     for action in e.actions[: j - 1]:
-        before.step(action)
-    for action in e.actions[:j]:
-        after.step(action)
-    optimal = set(before.optimal_actions())
-    if optimal != set(after.optimal_actions()) or before.distance() != after.distance():
+        env.step(action)
+    optimal, distance = set(env.optimal_actions()), env.distance()
+    if optimal >= set(env.action_words):
         return None
-    if optimal >= set(before.action_words):
+    env.step(e.actions[j - 1])  # the failed action: the same position after it?
+    if set(env.optimal_actions()) != optimal or env.distance() != distance:
         return None
     return {
         "seed": seed,

@@ -48,6 +48,7 @@ from transformers.hf_argparser import HfArg
 
 import tasks
 from minirl.chat import (
+    action_replies,
     budget_text,
     encode_texts,
     prompt_text,
@@ -177,7 +178,7 @@ def probe(
 ) -> list[StateScore]:
     """Score every next guess 1..n in the state after each first guess and each answer."""
     env = tasks.make(task, text=task_text)
-    candidates = [reply_ids(tokenizer, reply_text(env, w)) for w in env.action_words]
+    candidates = action_replies(tokenizer, env)
     scores = []
     for guess in guesses:
         for answer in ANSWERS:
