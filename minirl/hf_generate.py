@@ -76,8 +76,9 @@ def left_pad(
     )
 
 
-# transformers 5 renamed generate's `past_key_values` argument (and output field) to `cache`.
-_CACHE_ARG = (
+# transformers 5 renamed the `past_key_values` argument (and output field) to `cache`; the
+# scorer in minirl.logprobs names it the same way.
+CACHE_ARG = (
     "cache"
     if "cache" in inspect.signature(GenerationMixin.prepare_inputs_for_generation).parameters
     else "past_key_values"
@@ -148,7 +149,7 @@ class GenerateTurns:
             cache_kwargs = {}
         else:
             ids, attention = self.grid.ids, self.grid.attention
-            cache_kwargs = {_CACHE_ARG: self.grid.cache}
+            cache_kwargs = {CACHE_ARG: self.grid.cache}
         out = self.model.generate(
             input_ids=ids, attention_mask=attention, generation_config=self.config, **cache_kwargs
         )
@@ -179,7 +180,7 @@ class GenerateTurns:
             return
         out, ids, attention, new_tokens, reply_lengths, fed = self.last
         if self.grid is None:
-            self.grid = CachedGrid(ids, attention, getattr(out, _CACHE_ARG))
+            self.grid = CachedGrid(ids, attention, getattr(out, CACHE_ARG))
         # Each kept row's new chunk: what its episode gained after the reply (a closing eos
         # the limit made us add, the observation, the next assistant header).
         chunks = [p.episode.input_ids[fed[r] :] for r, p in zip(rows, active, strict=True)]

@@ -35,6 +35,7 @@ import torch
 from torch import Tensor
 
 from minirl.episode import Episode
+from minirl.hf_generate import CACHE_ARG
 
 # Positions per log-softmax call over the vocabulary: bounds its temporaries to [HEAD_CHUNK, V].
 HEAD_CHUNK = 512
@@ -198,8 +199,9 @@ def bucketed_logps(
     return logps
 
 
-# Tokens (rows x width) per forward of reply_logps_many: few enough that a chat model's logits
-# ([tokens, V] floats) stay a few hundred MB, many enough that tiny's per-call overhead is shared.
+# Tokens per step of reply_logps_many, counted as (replies) x (widest context + widest reply): the
+# keys and values the reply forward attends to. Few enough that a chat model's cache and logits
+# stay a few hundred MB, many enough that tiny's per-call overhead is shared.
 REPLY_TOKENS = 2048
 
 
@@ -221,34 +223,80 @@ def reply_logps_many(
     states: list[tuple[list[int], list[list[int]]]],
     max_tokens: int = REPLY_TOKENS,
 ) -> list[list[float]]:
-    """`reply_logps` for many (context, replies) at once: consecutive states share right-padded
-    forwards of at most `max_tokens` tokens (a longer state gets a forward of its own). Right
-    padding leaves every real token's log-prob as it is alone (causal attention, masked pads)."""
-    rows = [(k, context, r) for k, (context, replies) in enumerate(states) for r in replies]
+    """`reply_logps` for many (context, replies) at once, each context run once.
+
+    A state's replies share its context, which is most of the tokens (a conversation of a few
+    hundred tokens against replies of a few), so the context is not run once per reply. Two
+    forwards per group of consecutive states:
+
+    1. the contexts, left-padded so that every context ends in the last column: that column's
+       logits give each reply's first token, and the forward keeps every layer's keys and values
+       (the cache);
+    2. the replies, right-padded, one row per reply, on top of their own context's cache (its
+       rows repeated once per reply): their logits give each later reply token.
+
+    The padding is masked and the positions are counted from each row's first real token, so
+    every log-prob is the one the reply has alone (up to float rounding). transformers'
+    ``generate`` does the same for one prompt; it has no call that scores given continuations.
+    """
     out: list[list[float]] = [[] for _ in states]
-    device = next(model.parameters()).device
-    chunk: list[tuple[int, list[int], list[int]]] = []
-
-    def flush() -> None:
-        width = max(len(c) + len(r) for _, c, r in chunk)
-        ids = torch.zeros(len(chunk), width, dtype=torch.long, device=device)
-        mask = torch.zeros(len(chunk), width, dtype=torch.long, device=device)
-        for i, (_, c, r) in enumerate(chunk):
-            ids[i, : len(c) + len(r)] = torch.tensor(c + r, device=device)
-            mask[i, : len(c) + len(r)] = 1
-        logps = token_logps(model(input_ids=ids, attention_mask=mask).logits, ids)
-        for i, (k, c, r) in enumerate(chunk):
-            out[k].append(float(logps[i, len(c) : len(c) + len(r)].sum()))
-        chunk.clear()
-
-    widest = 0
-    for row in rows:
-        length = len(row[1]) + len(row[2])
-        if chunk and (len(chunk) + 1) * max(widest, length) > max_tokens:
-            flush()
-            widest = 0
-        chunk.append(row)
-        widest = max(widest, length)
-    if chunk:
-        flush()
+    group: list[int] = []
+    rows = width = 0
+    for k, (context, replies) in enumerate(states):
+        w = len(context) + max(len(r) for r in replies)
+        if group and (rows + len(replies)) * max(width, w) > max_tokens:
+            _score_group(model, states, group, out)
+            group, rows, width = [], 0, 0
+        group.append(k)
+        rows, width = rows + len(replies), max(width, w)
+    if group:
+        _score_group(model, states, group, out)
     return out
+
+
+def _score_group(
+    model: torch.nn.Module,
+    states: list[tuple[list[int], list[list[int]]]],
+    group: list[int],
+    out: list[list[float]],
+) -> None:
+    device = next(model.parameters()).device
+    contexts = [states[k][0] for k in group]
+    lengths = torch.tensor([len(c) for c in contexts], device=device)
+    width = int(lengths.max())
+    ids = torch.zeros(len(group), width, dtype=torch.long, device=device)
+    mask = torch.zeros(len(group), width, dtype=torch.long, device=device)
+    for i, c in enumerate(contexts):
+        ids[i, width - len(c) :] = torch.tensor(c, device=device)
+        mask[i, width - len(c) :] = 1
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    ran = model(
+        input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1
+    )
+    cache = getattr(ran, CACHE_ARG)
+    if cache is None:  # gradient checkpointing in train mode turns the cache off
+        raise RuntimeError("reply_logps needs the model's key-value cache: call model.eval() first")
+    first = torch.log_softmax(ran.logits[:, -1].float(), dim=-1)  # [states, V]
+
+    replies = [(i, r) for i, k in enumerate(group) for r in states[k][1]]
+    owner = torch.tensor([i for i, _ in replies], device=device)
+    cache.batch_select_indices(owner)  # each context's keys and values, once per reply
+    longest = max(len(r) for _, r in replies)
+    rids = torch.zeros(len(replies), longest, dtype=torch.long, device=device)
+    rmask = torch.zeros(len(replies), longest, dtype=torch.long, device=device)
+    for j, (_, r) in enumerate(replies):
+        rids[j, : len(r)] = torch.tensor(r, device=device)
+        rmask[j, : len(r)] = 1
+    rpositions = lengths[owner].unsqueeze(1) + torch.arange(longest, device=device)
+    later = torch.zeros(len(replies), longest, device=device)  # log p(reply token t), t >= 1
+    if longest > 1:
+        logits = model(
+            input_ids=rids,
+            attention_mask=torch.cat([mask[owner], rmask], dim=1),
+            position_ids=rpositions,
+            **{CACHE_ARG: cache},
+        ).logits
+        later = token_logps(logits, rids)
+    for j, (i, r) in enumerate(replies):
+        lp = first[i, r[0]] + later[j, 1 : len(r)].sum()
+        out[group[i]].append(float(lp))

@@ -120,13 +120,14 @@ def test_sequence_logps_runs_the_model() -> None:
 
 
 @pytest.mark.parametrize("name", ["tiny", "smollm2"])
-def test_reply_logps_many_equal_one_state_at_a_time(name: str, quick_tiny_path: str) -> None:
-    """Shared right-padded forwards (the study scores every checkpoint in every same-position
-    pair this way) give each reply the log-prob it has alone, on tiny and on a chat model
-    (float32: bf16 rounding differs between batch shapes), and a small token budget splits the
-    states into several forwards without changing a number."""
+def test_reply_logps_many_equal_one_sequence_at_a_time(name: str, quick_tiny_path: str) -> None:
+    """Contexts run once, left-padded, and replies on their cache (the study scores every
+    checkpoint in every same-position pair this way) give each reply the log-prob that the plain
+    forward over context + reply alone gives it, on tiny and on a chat model (float32: bf16
+    rounding differs between batch shapes); a small token budget splits the states into several
+    groups without changing a number, and a one-token reply needs no second forward."""
     from minirl.chat import reply_ids
-    from minirl.logprobs import reply_logps, reply_logps_many
+    from minirl.logprobs import reply_logps, reply_logps_many, sequence_logps
     from minirl.models import load_policy
 
     model, tok = load_policy(quick_tiny_path if name == "tiny" else name, "none", dtype="float32")
@@ -135,9 +136,16 @@ def test_reply_logps_many_equal_one_state_at_a_time(name: str, quick_tiny_path: 
     replies = [reply_ids(tok, w) for w in words]
     prompt = tok(" the room is dark and a door is north ; you bumped").input_ids
     states = [(prompt[: 6 + 5 * k], replies[: 2 + k % 3]) for k in range(5)]  # unequal lengths
-    alone = [reply_logps(model, context, r) for context, r in states]
+    states.append((prompt[:9], [replies[0][:1], replies[1][:1]]))
+
+    def alone(context: list[int], reply: list[int]) -> float:
+        ids = torch.tensor([context + reply])
+        return float(sequence_logps(model, ids, torch.ones_like(ids))[0, len(context) :].sum())
+
+    want = [[alone(c, r) for r in rs] for c, rs in states]
+    assert reply_logps(model, *states[0]) == pytest.approx(want[0], abs=2e-4)
     for budget in (4096, 40):
         together = reply_logps_many(model, states, max_tokens=budget)
         assert [len(x) for x in together] == [len(r) for _, r in states]
-        for got, want in zip(together, alone, strict=True):
-            assert got == pytest.approx(want, abs=2e-4)
+        for got, expected in zip(together, want, strict=True):
+            assert got == pytest.approx(expected, abs=2e-4)
