@@ -80,8 +80,11 @@ def test_the_scores_are_what_the_sampler_draws_in_that_state(tmp_path: Path) -> 
         assert sum(scored.probs) == pytest.approx(1.0) and 0.5 < scored.mass <= 1
         seed = answer_probe.instance_with_answer(env, guess, scored.answer)
         context = state_ids(tokenizer, env, seed, guess, turns)
-        # The state is the one a rollout from the start reaches when its first reply is the guess:
-        # the ids before the second reply of every such episode.
+        # The state is the one a rollout from the start reaches when its first reply is the guess,
+        # written as the probe writes it: the ids before the second reply of every such episode.
+        # (The same text can be sampled as other ids, e.g. "8", <|im_start|>, <|im_end|>: a reply
+        # the probe does not score, in a conversation that holds those ids.)
+        written = reply_ids(tokenizer, reply_text(env, str(guess)))
         fresh = rollout(
             model,
             tokenizer,
@@ -92,7 +95,8 @@ def test_the_scores_are_what_the_sampler_draws_in_that_state(tmp_path: Path) -> 
         reached = [
             e.input_ids[: e.turn_index.index(1)]
             for e in fresh
-            if e.turns[0].reply == reply_text(env, str(guess)) and 1 in e.turn_index
+            if [i for i, t in zip(e.input_ids, e.turn_index, strict=True) if t == 0] == written
+            and 1 in e.turn_index
         ]
         assert reached and all(ids == context for ids in reached)
         spec = EpisodeSpec(
