@@ -65,7 +65,7 @@ from minirl.eval.sampler import episodes_to_play, success_counts, sweep
 from minirl.infra.errors import CheckpointError, ConfigError
 from minirl.infra.progress import progress_bar
 from minirl.models import load_policy
-from minirl.rundir.checkpoint import CHECKPOINT_NAME, read_adapter
+from minirl.rundir.checkpoint import CHECKPOINT_NAME, check_base, read_adapter
 from minirl.rundir.checkpoint import checkpoints as run_checkpoints
 from minirl.rundir.sample_episodes import add_samples
 
@@ -85,8 +85,8 @@ def resolve_checkpoint(name: str, task: str, model: str) -> Path | None:
     The adapter is read and checked here, before any model loads: a corrupt, incomplete or
     non-finite one is an error naming the file (and, in a run directory whose newest checkpoint
     is broken, the newest intact one to evaluate instead). A checkpoint written by minirl's
-    trainer records its config; evaluating it on another task or base model would silently
-    measure nonsense (the tiny base is task-specific): an error too.
+    trainer records its config and base; evaluating it on another task or base model would
+    silently measure nonsense (the tiny base is task-specific): an error too.
     """
     if name == BASE:
         return None
@@ -111,6 +111,7 @@ def resolve_checkpoint(name: str, task: str, model: str) -> Path | None:
         raise ConfigError(
             f"--checkpoints: {name!r} was trained on --model {trained_model!r}, not {model!r}"
         )
+    check_base(path, model, task, "--checkpoints")
     return path
 
 

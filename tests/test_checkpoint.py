@@ -291,6 +291,29 @@ def test_resume_with_another_lora_r_is_refused_before_the_model_loads(
         train(cfg, progress=False)
 
 
+def test_resume_on_another_base_is_refused_before_the_model_loads(
+    runs: dict, quick_tiny_path: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint records the base its run was trained on; a resume whose --model now loads
+    another (a tiny recipe changed under the same flag) stops before anything loads."""
+    from minirl.models import base_identity
+
+    run = tmp_path / "rebased"
+    shutil.copytree(runs["part_copy"], run)
+    meta = run / "checkpoint-2" / "trainer_state.json"
+    data = json.loads(meta.read_text())
+    assert data["summary"]["base_model"] == base_identity(quick_tiny_path) == quick_tiny_path
+    data["summary"]["base_model"] = "tiny (tiny-000000000000)"
+    meta.write_text(json.dumps(data))
+    refuse_model_loading(monkeypatch)
+    with pytest.raises(ConfigError) as err:
+        train(small_config(quick_tiny_path, run, 4, resume=True), progress=False)
+    assert str(err.value) == (
+        f"--resume: {run / 'checkpoint-2'} was trained on 'tiny (tiny-000000000000)', but "
+        f"--model {quick_tiny_path} loads {quick_tiny_path} now; use the base it was trained on"
+    )
+
+
 def test_resume_past_max_steps_is_refused(
     runs: dict, quick_tiny_path: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -116,6 +116,14 @@ def nan_weights(path: Path) -> None:
 
 
 # case -> (how to break a run directory, what to pass, words of the one line)
+def set_base(copy: Path, base: object) -> None:
+    """Make checkpoint-1 record another base (or a garbled one) than the run was trained on."""
+    meta = copy / "checkpoint-1" / "trainer_state.json"
+    data = json.loads(meta.read_text())
+    data["summary"]["base_model"] = base
+    meta.write_text(json.dumps(data))
+
+
 BROKEN = {
     "truncated_safetensors": (
         lambda c: (c / "checkpoint-1" / ADAPTER).write_bytes(
@@ -165,6 +173,39 @@ BROKEN = {
         ["holds adapter_model.bin, a pickle", "save_pretrained it again"],
     ),
 }
+
+
+@pytest.mark.parametrize(
+    ("base", "said"),
+    [
+        (
+            "tiny-sticky (tiny-000000000000)",
+            "was trained on 'tiny-sticky (tiny-000000000000)', but --model",
+        ),
+        (["tiny"], "checkpoint-1/trainer_state.json is corrupt (its base_model is not a string)"),
+    ],
+)
+def test_a_checkpoint_on_another_base_is_one_line_before_any_model_loads(
+    base: object, said: str, run_dir: Path, tmp_path: Path, capsys
+) -> None:
+    """A checkpoint records the base it was trained on: an adapter evaluated on another one (the
+    same --model flag, after a tiny recipe changed) would silently measure nonsense."""
+    copy = broken_copy(run_dir, tmp_path)
+    model = json.loads((copy / "checkpoint-1" / "trainer_state.json").read_text())["config"]
+    set_base(copy, base)
+    out = tmp_path / "eval"
+    argv = [
+        "--model",
+        model["model"]["model"],
+        "--checkpoints",
+        f"base,{copy}",
+        "--output",
+        str(out),
+    ]
+    code, lines = run_main(argv, capsys)
+    assert code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith("evaluate.py: error: ") and said in lines[0], lines
+    assert not out.exists()
 
 
 @pytest.mark.parametrize("case", sorted(BROKEN))

@@ -14,9 +14,10 @@ leaves the previous checkpoint intact. Only directories named exactly `checkpoin
 Checkpoints defend themselves. Adapter weights that are not finite, or have run away
 (`weights_problem`), are never saved (a diverged policy stops the run: `check_not_diverged`) and
 never loaded. A resume (`resume_point`) reads the checkpoint's config and step before any model
-loads: it must use the flags the run was started with (`check_resume_config`) and may not start
-past `--max_steps`; when the newest checkpoint is corrupt it says so and continues from the newest
-intact one, replaying the steps in between exactly.
+loads: it must use the flags the run was started with (`check_resume_config`), the base they load
+must be the one the run recorded (`check_base`; evaluate.py checks an adapter the same way), and
+it may not start past `--max_steps`; when the newest checkpoint is corrupt it says so and
+continues from the newest intact one, replaying the steps in between exactly.
 
 The run directory around the checkpoints has rules too, kept here with them: its location must be
 writable before anything loads (`check_writable`), one process writes it at a time
@@ -48,6 +49,7 @@ from safetensors.torch import load_file
 from minirl.config import Config
 from minirl.infra.errors import CheckpointError, ConfigError, DataError, RunError
 from minirl.infra.readback import parse_json, read_json, shown
+from minirl.models import base_identity
 
 try:
     import fcntl  # POSIX: Linux and macOS, where minirl runs
@@ -278,6 +280,7 @@ def resume_point(existing: list[Path], cfg: Config) -> Path:
                 f"--resume: {path.name} is already at step {step}, past --max_steps "
                 f"{cfg.grpo.max_steps}; resume with --max_steps {step} or more"
             )
+        check_base(path, cfg.model.model, cfg.task.task, "--resume")
         if broken:
             warnings.warn(
                 f"{broken[0]}; resuming from {path.name}, the newest intact checkpoint",
@@ -308,6 +311,44 @@ def recorded_config(path: Path) -> dict:
         return read_json(path).get("config", {}) if path.is_file() else {}
     except (ValueError, AttributeError) as err:
         raise CheckpointError(f"{path} is corrupt ({reason(err)})") from err
+
+
+def recorded_base(path: Path) -> str:
+    """The base a checkpoint's run was trained on, as it recorded it (summary's base_model,
+    minirl.models.base_identity): in the checkpoint's trainer_state.json, or for TRL's
+    checkpoints in the run's summary.json. "" where none is recorded (a plain peft adapter, a run
+    from before runs recorded their base)."""
+    if (path / "trainer_state.json").is_file():
+        summary = read_meta(path).get("summary", {})
+        where = path / "trainer_state.json"
+    elif CHECKPOINT_NAME.fullmatch(path.name) and (path.parent / "summary.json").is_file():
+        where = path.parent / "summary.json"
+        try:
+            summary = read_json(where)
+        except (OSError, ValueError) as err:
+            raise CheckpointError(f"{where} is corrupt ({reason(err)})") from err
+    else:
+        return ""
+    base = summary.get("base_model", "") if isinstance(summary, dict) else None
+    if not isinstance(base, str):
+        raise CheckpointError(f"{where} is corrupt (its base_model is not a string)")
+    return base
+
+
+def check_base(path: Path, model: str, task: str, flag: str) -> None:
+    """Refuse an adapter trained on another base than `--model` loads now (for `task`).
+
+    The flag alone says too little: `tiny-sticky` on fog is another model once its recipe
+    changes, and an adapter's weights only mean something on the base they were trained on. A
+    run that recorded no base is let through (nothing to compare); the study, which reuses runs
+    without being asked, refuses those too (minirl.study.run).
+    """
+    then, now = recorded_base(path), base_identity(model, task)
+    if then and then != now:
+        raise ConfigError(
+            f"{flag}: {path} was trained on {shown(then, 80)}, but --model {model} "
+            f"loads {now} now; use the base it was trained on"
+        )
 
 
 def load_checkpoint(path: str | Path, model: PeftModel) -> TrainerState:

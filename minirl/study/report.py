@@ -408,8 +408,11 @@ def where_section(found: dict[str, TaskFindings], plots: dict[str, dict[str, str
             ]
             lines += [*table(header, kind_rows), ""]
         for row in f.where.values():
+            what = (
+                "the gain over base just after a failed error less just before it, turn-corrected"
+            )
             lines.append(
-                f"- {verdict(row.test, 'the deficit in the same position, minus base’s')} "
+                f"- {verdict(row.test, what)} "
                 f"(not tested: without the turn correction {row.uncorrected.text()}; on "
                 f"matched states {row.matched.text()})."
             )
