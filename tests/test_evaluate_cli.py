@@ -115,7 +115,6 @@ def nan_weights(path: Path) -> None:
     save_file(weights, str(path / ADAPTER))
 
 
-# case -> (how to break a run directory, what to pass, words of the one line)
 def set_base(copy: Path, base: object) -> None:
     """Make checkpoint-1 record another base (or a garbled one) than the run was trained on."""
     meta = copy / "checkpoint-1" / "trainer_state.json"
@@ -124,6 +123,7 @@ def set_base(copy: Path, base: object) -> None:
     meta.write_text(json.dumps(data))
 
 
+# case -> (how to break a run directory, what to pass, words of the one line)
 BROKEN = {
     "truncated_safetensors": (
         lambda c: (c / "checkpoint-1" / ADAPTER).write_bytes(
