@@ -318,15 +318,20 @@ def recorded_base(path: Path) -> str:
     minirl.models.base_identity): in the checkpoint's trainer_state.json, or for TRL's
     checkpoints in the run's summary.json. "" where none is recorded (a plain peft adapter, a run
     from before runs recorded their base)."""
-    if (path / "trainer_state.json").is_file():
-        summary = read_meta(path).get("summary", {})
-        where = path / "trainer_state.json"
-    elif CHECKPOINT_NAME.fullmatch(path.name) and (path.parent / "summary.json").is_file():
-        where = path.parent / "summary.json"
+
+    def read(where: Path) -> object:
         try:
-            summary = read_json(where)
+            return read_json(where)
         except (OSError, ValueError) as err:
             raise CheckpointError(f"{where} is corrupt ({reason(err)})") from err
+
+    where = path / "trainer_state.json"
+    meta = read(where) if where.is_file() else None
+    if isinstance(meta, dict) and "summary" in meta:  # minirl's (TRL's holds its own state)
+        summary = meta["summary"]
+    elif CHECKPOINT_NAME.fullmatch(path.name) and (path.parent / "summary.json").is_file():
+        where = path.parent / "summary.json"
+        summary = read(where)
     else:
         return ""
     base = summary.get("base_model", "") if isinstance(summary, dict) else None
