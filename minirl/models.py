@@ -25,6 +25,7 @@ import logging
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model, prepare_model_for_kbit_training
@@ -41,6 +42,9 @@ from minirl.infra.errors import CheckpointError, ModelLoadError
 from minirl.infra.progress import without_library_bars
 from minirl.infra.validation import MODEL_CHOICES, TINY_MODELS, check_model
 
+if TYPE_CHECKING:  # minirl.tiny (it imports every task) loads only where a tiny base is asked for
+    from minirl.tiny import TinyRecipe
+
 QUANT_CHOICES = ("nf4", "none")
 
 
@@ -54,10 +58,9 @@ def resolve_model_path(name: str, task: str = "gridnav") -> str:
     Any other name must be a model directory or a hub id (minirl.infra.validation.check_model).
     """
     if name in TINY_MODELS:  # tiny, or tiny-<demonstrator> (a base with a recovery deficit)
-        from minirl.tiny import TinyRecipe, ensure_tiny
+        from minirl.tiny import ensure_tiny
 
-        recipe = TinyRecipe.for_task(task, name.partition("-")[2] or "uniform")
-        return str(ensure_tiny(recipe).path)
+        return str(ensure_tiny(tiny_recipe(name, task)).path)
     if name == "smollm2":
         from minirl.infra.smollm2 import ensure_smollm2
 
@@ -72,11 +75,34 @@ def base_identity(name: str, task: str = "gridnav") -> str:
     base by its recipe's cache key (`tiny-sticky` on fog is not the same model after its recipe
     changes, though the flag reads the same), any other model by its name. Builds nothing."""
     if name in TINY_MODELS:
-        from minirl.tiny import TinyRecipe
-
-        recipe = TinyRecipe.for_task(task, name.partition("-")[2] or "uniform")
-        return f"{name} (tiny-{recipe.key()})"
+        return f"{name} (tiny-{tiny_recipe(name, task).key()})"
     return name
+
+
+def tiny_recipe(name: str, task: str) -> TinyRecipe:
+    """The recipe of a tiny base: `tiny` is warm-started on uniform-noise demonstrations,
+    `tiny-<demonstrator>` on that demonstrator's (minirl.tiny)."""
+    from minirl.tiny import TinyRecipe
+
+    return TinyRecipe.for_task(task, name.partition("-")[2] or "uniform")
+
+
+def ensure_base(name: str, task: str = "gridnav") -> bool:
+    """Build the base `name` loads for `task` unless the cache has it; True when built now.
+
+    Only the bases minirl makes (a tiny one, smollm2's conversion) are built; any other name is
+    loaded as it is, later. The study calls this once per task before the runs that share it:
+    left to the runs, the first would build it while the others wait on its lock.
+    """
+    if name in TINY_MODELS:
+        from minirl.tiny import ensure_tiny
+
+        return ensure_tiny(tiny_recipe(name, task), progress=False).built
+    if name == "smollm2":
+        from minirl.infra.smollm2 import ensure_smollm2
+
+        return ensure_smollm2().converted
+    return False
 
 
 def hub_error(name: str, err: Exception) -> ModelLoadError:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import bitsandbytes as bnb
 import pytest
 import torch
@@ -12,12 +14,15 @@ from minirl.episode import EpisodeSpec
 from minirl.infra.errors import ModelLoadError
 from minirl.logprobs import sequence_logps, to_batch
 from minirl.models import (
+    base_identity,
+    ensure_base,
     load_base,
     load_kwargs,
     load_policy,
     load_tokenizer,
     reference_policy,
     resolve_model_path,
+    tiny_recipe,
 )
 from minirl.rollout import rollout
 
@@ -164,3 +169,26 @@ def test_dtype_auto_follows_the_device_and_the_model(monkeypatch) -> None:
     nf4 = load_kwargs("nf4", cpu, torch.bfloat16)["quantization_config"]
     assert nf4.bnb_4bit_compute_dtype == torch.bfloat16
     assert load_kwargs("none", cpu, torch.bfloat16) == {"dtype": torch.bfloat16}
+
+
+def test_ensure_base_builds_a_missing_tiny_base_once_and_only_minirl_s_own(
+    tmp_path, monkeypatch
+) -> None:
+    """The study builds each task's base with ensure_base before its runs: built the first time
+    (True), found after (False), and it is the very directory the runs then load."""
+    import dataclasses
+
+    import minirl.models
+
+    monkeypatch.setenv("MINIRL_CACHE", str(tmp_path / "cache"))
+
+    def quick(name: str, task: str):  # the real recipe, warm-started for 2 steps only
+        return dataclasses.replace(tiny_recipe(name, task), max_steps=2)
+
+    monkeypatch.setattr(minirl.models, "tiny_recipe", quick)
+    assert ensure_base("tiny-sticky", "fog") is True
+    assert ensure_base("tiny-sticky", "fog") is False
+    built = sorted(p.name for p in (tmp_path / "cache").iterdir() if p.is_dir())
+    assert built == [Path(resolve_model_path("tiny-sticky", "fog")).name]
+    assert base_identity("tiny-sticky", "fog").endswith(f"({built[0]})")
+    assert ensure_base(str(tmp_path), "fog") is False  # a model directory is loaded as it is

@@ -332,7 +332,8 @@ def test_workers_end_when_the_study_process_is_killed(tmp_path: Path) -> None:
             sys.executable,
             "-c",
             f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import nap; "
-            "from minirl.study.run import _map; _map(nap.nap, [60, 60], 2, False)",
+            "from minirl.study.run import Job, run_jobs; "
+            "run_jobs([Job(str(i), nap.nap, 60) for i in range(2)], 2, False)",
         ],
         cwd=ROOT,
     )
@@ -355,3 +356,75 @@ def test_workers_end_when_the_study_process_is_killed(tmp_path: Path) -> None:
         for pid in workers:
             if _running(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+STAMP = """import time
+from pathlib import Path
+def stamp(arg, progress):
+    folder, name, seconds, fail = arg
+    Path(folder, name + ".start").write_text(repr(time.time()))
+    time.sleep(seconds)
+    if fail:
+        raise ValueError("job " + name + " failed")
+    Path(folder, name + ".end").write_text(repr(time.time()))
+    return name
+"""
+
+
+@pytest.fixture
+def stamp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A job function that records when it started and ended, importable by spawned workers
+    (they are handed the parent's sys.path)."""
+    (tmp_path / "stamp_jobs.py").write_text(STAMP)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import stamp_jobs
+
+    yield stamp_jobs.stamp
+    sys.modules.pop("stamp_jobs", None)
+
+
+def _when(folder: Path, name: str, edge: str) -> float:
+    return float((folder / f"{name}.{edge}").read_text())
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_jobs_start_after_what_they_wait_for_and_in_the_list_s_order(
+    workers: int, stamp, tmp_path: Path
+) -> None:
+    from minirl.study.run import Job, run_jobs
+
+    def job(name: str, seconds: float, after: tuple[str, ...] = ()) -> Job:
+        return Job(name, stamp, (str(tmp_path), name, seconds, False), after)
+
+    # d waits for b and c, b for a; e waits for nothing but is listed last. With two workers a
+    # and c start first (d and b cannot yet); when a ends, b goes before e (it is listed first).
+    jobs = [job("d", 0.1, ("b", "c")), job("b", 0.2, ("a",)), job("a", 0.2), job("c", 3.0)]
+    jobs.append(job("e", 0.1))
+    done = run_jobs(jobs, workers, False)
+    assert done == {name: name for name in "abcde"}
+    for name, before in (("b", "a"), ("d", "b"), ("d", "c")):
+        assert _when(tmp_path, name, "start") >= _when(tmp_path, before, "end")
+    assert _when(tmp_path, "b", "start") < _when(tmp_path, "e", "start")
+    if workers == 1:  # one at a time: the first job of the list that may start, each time
+        assert list(done) == ["a", "b", "c", "d", "e"]
+    else:  # c ran beside a, b and e, not before or after them
+        assert _when(tmp_path, "c", "start") < _when(tmp_path, "b", "start")
+        assert _when(tmp_path, "e", "end") < _when(tmp_path, "c", "end")
+
+
+def test_a_failed_job_ends_the_jobs_and_what_waits_for_it_never_starts(
+    stamp, tmp_path: Path
+) -> None:
+    from minirl.study.run import Job, run_jobs
+
+    jobs = [
+        Job("b", stamp, (str(tmp_path), "b", 0.1, False), ("a",)),
+        Job("a", stamp, (str(tmp_path), "a", 0.1, True)),
+        Job("c", stamp, (str(tmp_path), "c", 0.1, False)),
+    ]
+    with pytest.raises(ValueError, match="job a failed"):
+        run_jobs(jobs, 2, False)
+    assert (tmp_path / "a.start").exists() and not (tmp_path / "a.end").exists()
+    assert not (tmp_path / "b.start").exists()
+    with pytest.raises(ValueError, match=r"job b waits for \['z'\], which no job makes"):
+        run_jobs([Job("b", stamp, (str(tmp_path), "b", 0.1, False), ("z",))], 1, False)

@@ -11,9 +11,10 @@ play identical held-out instances from the same sampling seed, and the fixed sta
 post-error and matched fresh) come from the base policy. With `--control`, a second base (by
 default `tiny`, uniform-noise demonstrations) is evaluated alone on the same instances, so the
 report can set the main base's recovery deficit beside one that has none. With `--jobs J` the
-runs, and then the tasks' evaluations, go J at a time, each in its own process with cores / J
-threads: torch's CPU kernels gain little from a second thread at tiny's size, while two processes
-use both cores fully.
+work goes J jobs at a time, each in its own process with cores / J threads (torch's CPU kernels
+gain little from a second thread at tiny's size, while two processes use both cores fully): each
+task's base is built first, once, then its runs; its evaluation starts as soon as its own runs
+are done, beside the other tasks' training; the control bases fill in at the end (`run_jobs`).
 The record of what ran is `StudyRecord` (study.json); minirl.study.claims
 and minirl.study.report turn the results into report.md, where no conclusion is written by hand.
 
@@ -40,7 +41,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -159,11 +160,11 @@ def arm_config(args: StudyArgs, task: str, arm: Arm, seed: int, output_dir: Path
     )
 
 
-def train_missing(cfg: Config, progress: bool) -> str:
-    """Train `cfg` unless its run finished before with the same config; resume a run that was cut
-    short (or that --max_steps now asks to go further); refuse one trained with other flags."""
+def run_status(cfg: Config) -> str:
+    """What `train_missing` will do with `cfg`'s run: 'reused' (it finished before with the same
+    config), 'resumed' (it stopped short of --max_steps) or 'trained' (there is none). A run
+    trained otherwise is refused in one line, before the study starts anything."""
     from minirl.models import base_identity
-    from minirl.trainer import train  # the study is one of the loop's three callers
 
     out = Path(cfg.output_dir)
     path = out / "summary.json"
@@ -195,10 +196,21 @@ def train_missing(cfg: Config, progress: bool) -> str:
         if steps == cfg.grpo.max_steps and found:
             return "reused"
     # Without a checkpoint there is nothing to evaluate or resume: the run is trained afresh.
-    cfg.grpo.resume = bool(found)
+    return "resumed" if found else "trained"
+
+
+def train_missing(cfg: Config, progress: bool) -> str:
+    """Train `cfg` unless its run finished before with the same config; resume a run that was cut
+    short (or that --max_steps now asks to go further); refuse one trained with other flags."""
+    from minirl.trainer import train  # the study is one of the loop's three callers
+
+    status = run_status(cfg)
+    if status == "reused":
+        return status
+    cfg.grpo.resume = status == "resumed"
     cfg.grpo.overwrite_output_dir = False
     train(cfg, progress=progress)
-    return "resumed" if cfg.grpo.resume else "trained"
+    return status
 
 
 def git_commit() -> str:
@@ -244,6 +256,16 @@ def _end_with(parent: int) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
+def _timed_base(spec: tuple[str, str], progress: bool) -> float:
+    """Build the base that `--model spec[0]` loads for task spec[1] if the cache lacks it; the
+    seconds it took (0.0 when it was there already)."""
+    from minirl.models import ensure_base
+
+    t0 = time.perf_counter()
+    built = ensure_base(*spec)
+    return round(time.perf_counter() - t0, 1) if built else 0.0
+
+
 def _timed_train(cfg: Config, progress: bool) -> tuple[str, float]:
     t0 = time.perf_counter()
     status = train_missing(cfg, progress)
@@ -259,17 +281,70 @@ def _timed_eval(args: EvalArgs, progress: bool) -> float:
     return round(time.perf_counter() - t0, 1)
 
 
-def _map(fn: Callable, items: list, jobs: int, progress: bool) -> list:
-    """fn(item, progress) for every item: in this process, or `jobs` at a time in others."""
-    if jobs == 1:
-        return [fn(item, progress) for item in items]
+@dataclass
+class Job:
+    """One piece of the study's work: `fn(arg, progress)`, once the jobs named in `after` are done.
+
+    `fn` is a module-level function, so that a worker process can be handed it.
+    """
+
+    key: str  # "task/label", as study.json's timings name it
+    fn: Callable
+    arg: object
+    after: tuple[str, ...] = ()
+
+
+def run_jobs(jobs: list[Job], workers: int, progress: bool) -> dict[str, object]:
+    """Every job's result, by key: `workers` at a time, each in its own process.
+
+    A job starts once every job it waits for has finished. Among the jobs that may start, the
+    first in the list goes first: the list's order is the priority. The study lists a task's
+    evaluation before the runs, so that it starts as soon as its own runs are done, beside the
+    other tasks' training. Its earlier schedule (every run, then every evaluation, each stage
+    J at a time) left a core idle while the last runs and the last long evaluation finished,
+    and had a task's first two runs both wait on one build of their base. A job that fails ends
+    the study: what is running is waited for, nothing more starts, and its error is raised here.
+    """
+    keys = {job.key for job in jobs}
+    for job in jobs:
+        if missing := [k for k in job.after if k not in keys]:
+            raise ValueError(f"job {job.key} waits for {missing}, which no job makes")
+    results: dict[str, object] = {}
+    waiting = list(jobs)
+
+    def next_ready() -> Job | None:
+        return next((j for j in waiting if all(k in results for k in j.after)), None)
+
+    if workers == 1:
+        while waiting:
+            job = next_ready()
+            if job is None:
+                raise ValueError(f"jobs {[j.key for j in waiting]} wait for each other")
+            waiting.remove(job)
+            results[job.key] = job.fn(job.arg, progress)
+        return results
     # A fresh interpreter per worker ("spawn"): forking a process that holds torch threads can
     # deadlock. Progress bars from several processes would interleave, so workers run quietly.
     context = multiprocessing.get_context("spawn")
+    running: dict[Future, str] = {}
     with ProcessPoolExecutor(
-        jobs, mp_context=context, initializer=_worker_start, initargs=(jobs, os.getpid())
+        workers, mp_context=context, initializer=_worker_start, initargs=(workers, os.getpid())
     ) as pool:
-        return list(pool.map(fn, items, [False] * len(items)))
+        try:
+            while waiting or running:
+                # Submitted only when a worker is free, so the priority is applied then.
+                while len(running) < workers and (job := next_ready()) is not None:
+                    waiting.remove(job)
+                    running[pool.submit(job.fn, job.arg, False)] = job.key
+                if not running:
+                    raise ValueError(f"jobs {[j.key for j in waiting]} wait for each other")
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    results[running.pop(future)] = future.result()
+        except BaseException:
+            pool.shutdown(cancel_futures=True)
+            raise
+    return results
 
 
 def eval_args(
@@ -358,45 +433,59 @@ def run_study(args: StudyArgs, progress: bool = True) -> StudyRecord:
         for arm in arms(args)
         for seed in seeds
     ]
-    for (task, label, _), (status, seconds) in zip(
-        runs, _map(_timed_train, [cfg for *_, cfg in runs], args.jobs, progress), strict=True
-    ):
-        key = f"{task}/{label}"
-        study.timings[key] = {"seconds": took(key, seconds), "status": status}
-    evaluations, asked, control = {}, {}, {}
+    # Decided before anything starts: a run trained otherwise is refused now, not an hour in,
+    # and which runs will train says which tasks must be evaluated again.
+    planned = {f"{task}/{label}": run_status(cfg) for task, label, cfg in runs}
+    asked, control = {}, {}
+    bases, evaluations, training, controls = [], [], [], []  # the jobs, in run_jobs' priority
     for task in names:
         labels = {"base": "base"}
         labels |= {label: cfg.output_dir for t, label, cfg in runs if t == task}
         asked[task] = eval_args(args, task, labels, root)
-        retrained = any(
-            study.timings[f"{t}/{label}"]["status"] != "reused" for t, label, _ in runs if t == task
-        )
+        own = [
+            Job(f"{task}/{label}", _timed_train, cfg, (f"{task}/base",))
+            for t, label, cfg in runs
+            if t == task
+        ]
+        own = [job for job in own if planned[job.key] != "reused"]
         entry = earlier.tasks.get(task) if earlier else None
-        if retrained or not evaluated(
+        if own or not evaluated(
             entry.evaluation if entry else None,
             entry.results_sha256 if entry else "",
             asked[task],
             root / task / "results.json",
         ):
-            evaluations[f"{task}/evaluation"] = asked[task]
-        else:
-            key = f"{task}/evaluation"
-            study.timings[key] = {"seconds": took(key, 0), "status": "reused"}
+            # The base first, built once before anything loads it; the evaluation after the
+            # task's runs.
+            bases.append(Job(f"{task}/base", _timed_base, (args.model, task)))
+            after = (f"{task}/base", *(job.key for job in own))
+            evaluations.append(Job(f"{task}/evaluation", _timed_eval, asked[task], after))
+            training += own
         if args.control:
-            key = f"{task}/control"
             control[task] = eval_args(args, task, {"base": "base"}, root, control=True)
-            if evaluated(
+            if not evaluated(
                 entry.control_evaluation if entry else None,
                 entry.control_sha256 if entry else "",
                 control[task],
                 root / task / "control" / "results.json",
             ):
-                study.timings[key] = {"seconds": took(key, 0), "status": "reused"}
-            else:
-                evaluations[key] = control[task]
-    done = _map(_timed_eval, list(evaluations.values()), args.jobs, progress)
-    for key, seconds in zip(evaluations, done, strict=True):
-        study.timings[key] = {"seconds": seconds, "status": "evaluated"}
+                controls.append(Job(f"{task}/control", _timed_eval, control[task]))
+    done = run_jobs(bases + evaluations + training + controls, args.jobs, progress)
+    for key, seconds in done.items():
+        if key.endswith("/base") and seconds:  # a base the cache had took no time worth a line
+            study.timings[key] = {"seconds": seconds, "status": "built"}
+    parts = [f"{task}/{label}" for task, label, _ in runs]
+    parts += [f"{task}/{part}" for task in names for part in ("evaluation", "control")]
+    for key in parts:
+        if key.endswith("/control") and not args.control:
+            continue
+        if key not in done:  # reused: it keeps the seconds it took when it was measured
+            study.timings[key] = {"seconds": took(key, 0), "status": "reused"}
+        elif key.endswith(("/evaluation", "/control")):
+            study.timings[key] = {"seconds": done[key], "status": "evaluated"}
+        else:
+            status, seconds = done[key]
+            study.timings[key] = {"seconds": seconds, "status": status}
     for task in names:
         study.tasks[task] = StudyTask(
             results=f"{task}/results.json",
