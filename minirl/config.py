@@ -595,8 +595,9 @@ class StudyArgs:
         int, Range(ge=1, le=MAX_JOBS, why="each job is a process holding its own model")
     ] = HfArg(
         default=1,
-        help="Training runs (and task evaluations) at once, each in its own process with "
-        "cores/jobs threads: on a 2-core CPU, 2 jobs finish the study in about half the time.",
+        help="Jobs at once (a task's base, a training run, a task's evaluation), each in its own "
+        "process with cores/jobs threads; a task's evaluation starts as soon as its own runs are "
+        "done (minirl.study.run.run_jobs).",
     )
     output: str = HfArg(default="study", help="Directory for runs, results, plots and report.md.")
 

@@ -389,7 +389,7 @@ def _when(folder: Path, name: str, edge: str) -> float:
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_jobs_start_after_what_they_wait_for_and_in_the_list_s_order(
-    workers: int, stamp, tmp_path: Path
+    workers: int, stamp, tmp_path: Path, capsys
 ) -> None:
     from minirl.study.run import Job, run_jobs
 
@@ -400,7 +400,7 @@ def test_jobs_start_after_what_they_wait_for_and_in_the_list_s_order(
     # and c start first (d and b cannot yet); when a ends, b goes before e (it is listed first).
     jobs = [job("d", 0.1, ("b", "c")), job("b", 0.2, ("a",)), job("a", 0.2), job("c", 3.0)]
     jobs.append(job("e", 0.1))
-    done = run_jobs(jobs, workers, False)
+    done = run_jobs(jobs, workers, progress=workers > 1)
     assert done == {name: name for name in "abcde"}
     for name, before in (("b", "a"), ("d", "b"), ("d", "c")):
         assert _when(tmp_path, name, "start") >= _when(tmp_path, before, "end")
@@ -410,6 +410,8 @@ def test_jobs_start_after_what_they_wait_for_and_in_the_list_s_order(
     else:  # c ran beside a, b and e, not before or after them
         assert _when(tmp_path, "c", "start") < _when(tmp_path, "b", "start")
         assert _when(tmp_path, "e", "end") < _when(tmp_path, "c", "end")
+        # The workers are quiet; the study's process shows one bar of the jobs done.
+        assert re.search(r"study .* 5/5", capsys.readouterr().out)
 
 
 def test_a_failed_job_ends_the_jobs_and_what_waits_for_it_never_starts(

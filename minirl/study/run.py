@@ -57,6 +57,7 @@ from minirl.config import (
     validate_study,
 )
 from minirl.infra.errors import ConfigError, DataError
+from minirl.infra.progress import progress_bar
 from minirl.infra.readback import check_json, read_json
 from minirl.rundir.checkpoint import checkpoints, config_changes, sole_writer
 
@@ -324,12 +325,17 @@ def run_jobs(jobs: list[Job], workers: int, progress: bool) -> dict[str, object]
             results[job.key] = job.fn(job.arg, progress)
         return results
     # A fresh interpreter per worker ("spawn"): forking a process that holds torch threads can
-    # deadlock. Progress bars from several processes would interleave, so workers run quietly.
+    # deadlock. Progress bars from several processes would interleave, so workers run quietly
+    # and this process draws one bar: the jobs done, and the ones running.
     context = multiprocessing.get_context("spawn")
     running: dict[Future, str] = {}
-    with ProcessPoolExecutor(
-        workers, mp_context=context, initializer=_worker_start, initargs=(workers, os.getpid())
-    ) as pool:
+    with (
+        progress_bar(disable=not progress) as bar,
+        ProcessPoolExecutor(
+            workers, mp_context=context, initializer=_worker_start, initargs=(workers, os.getpid())
+        ) as pool,
+    ):
+        shown = bar.add_task("study", total=len(jobs), metrics="")
         try:
             while waiting or running:
                 # Submitted only when a worker is free, so the priority is applied then.
@@ -338,9 +344,11 @@ def run_jobs(jobs: list[Job], workers: int, progress: bool) -> dict[str, object]
                     running[pool.submit(job.fn, job.arg, False)] = job.key
                 if not running:
                     raise ValueError(f"jobs {[j.key for j in waiting]} wait for each other")
+                bar.update(shown, completed=len(results), metrics=", ".join(running.values()))
                 finished, _ = wait(running, return_when=FIRST_COMPLETED)
                 for future in finished:
                     results[running.pop(future)] = future.result()
+            bar.update(shown, completed=len(results), metrics="")
         except BaseException:
             pool.shutdown(cancel_futures=True)
             raise
