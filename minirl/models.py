@@ -87,7 +87,7 @@ def tiny_recipe(name: str, task: str) -> TinyRecipe:
     return TinyRecipe.for_task(task, name.partition("-")[2] or "uniform")
 
 
-def ensure_base(name: str, task: str = "gridnav") -> bool:
+def ensure_base(name: str, task: str = "gridnav", progress: bool = True) -> bool:
     """Build the base `name` loads for `task` unless the cache has it; True when built now.
 
     Only the bases minirl makes (a tiny one, smollm2's conversion) are built; any other name is
@@ -97,7 +97,7 @@ def ensure_base(name: str, task: str = "gridnav") -> bool:
     if name in TINY_MODELS:
         from minirl.tiny import ensure_tiny
 
-        return ensure_tiny(tiny_recipe(name, task), progress=False).built
+        return ensure_tiny(tiny_recipe(name, task), progress=progress).built
     if name == "smollm2":
         from minirl.infra.smollm2 import ensure_smollm2
 

@@ -186,8 +186,8 @@ def test_ensure_base_builds_a_missing_tiny_base_once_and_only_minirl_s_own(
         return dataclasses.replace(tiny_recipe(name, task), max_steps=2)
 
     monkeypatch.setattr(minirl.models, "tiny_recipe", quick)
-    assert ensure_base("tiny-sticky", "fog") is True
-    assert ensure_base("tiny-sticky", "fog") is False
+    assert ensure_base("tiny-sticky", "fog", progress=False) is True
+    assert ensure_base("tiny-sticky", "fog", progress=False) is False
     built = sorted(p.name for p in (tmp_path / "cache").iterdir() if p.is_dir())
     assert built == [Path(resolve_model_path("tiny-sticky", "fog")).name]
     assert base_identity("tiny-sticky", "fog").endswith(f"({built[0]})")

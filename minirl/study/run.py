@@ -259,11 +259,12 @@ def _end_with(parent: int) -> None:
 
 def _timed_base(spec: tuple[str, str], progress: bool) -> float:
     """Build the base that `--model spec[0]` loads for task spec[1] if the cache lacks it; the
-    seconds it took (0.0 when it was there already)."""
+    seconds it took (0.0 when it was there already). Its warm start shows its own bar with one
+    job at a time, as it did when the first run built it."""
     from minirl.models import ensure_base
 
     t0 = time.perf_counter()
-    built = ensure_base(*spec)
+    built = ensure_base(*spec, progress=progress)
     return round(time.perf_counter() - t0, 1) if built else 0.0
 
 
